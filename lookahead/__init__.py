@@ -1,0 +1,1 @@
+"""lookahead: model-free speculative decoding for llama.cpp on ordinary CPUs."""

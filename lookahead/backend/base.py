@@ -1,0 +1,65 @@
+"""The seam between the engine and a model: what a verifier must do, nothing more.
+
+The engine only ever talks to this protocol, so a fake backend with known next-token
+distributions can prove the acceptance rule exact, and a second real backend could follow.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from lookahead.draft import Draft
+from lookahead.tokens import TokenArray
+
+Logits = npt.NDArray[np.float32]
+
+
+class LogitRows(Protocol):
+    """Logits of one verify step: row 0 is the root, row i + 1 is draft node i.
+
+    Rows are read lazily (acceptance only touches the rows on the path it walks) and are
+    valid until the next call into the verifier.
+    """
+
+    def __getitem__(self, row: int) -> Logits: ...
+
+
+class Verifier(Protocol):
+    """A model with a KV cache that can score a draft tree in one evaluation.
+
+    State: `n_past` tokens are in the KV cache. The root of each step, the last accepted
+    token, is not in it yet: `verify` decodes root + draft together, `commit` keeps the
+    root and the accepted path (as if they had been decoded one by one) and drops the rest.
+    """
+
+    n_vocab: int
+    n_ctx: int
+    max_branches: int  # most leaves a draft may have (one sequence id each)
+    n_past: int
+
+    def reset(self) -> None:
+        """Forget everything in the KV cache."""
+        ...
+
+    def prefill(self, tokens: TokenArray) -> None:
+        """Decode `tokens` into the KV cache (no logits needed)."""
+        ...
+
+    def verify(self, root: int, draft: Draft) -> LogitRows:
+        """Decode the root and every draft node in one batch; logits for all of them."""
+        ...
+
+    def commit(self, draft: Draft, accepted: list[int]) -> None:
+        """Keep root + the accepted node path (`accepted`, root-to-leaf order) in the cache."""
+        ...
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens."""
+        ...
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for in generated text (empty for control tokens)."""
+        ...

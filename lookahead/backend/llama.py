@@ -1,0 +1,375 @@
+"""llama.cpp backend: the ONLY module that imports `llama_cpp`.
+
+It loads a GGUF through the low-level API, tokenizes, and verifies a whole draft tree in
+one `llama_decode`. Tree batch layout (each node is one batch entry at position
+n_past + depth; every branch, root to leaf, is one sequence id):
+
+     depth:        0        1        2        3
+     tokens:     [root] ── [a] ──── [b] ──── [c]        leaf c  -> seq 0
+                      └─── [a'] ─── [d]                 leaf d  -> seq 1
+     entries:    root{0..S-1}  a{0}  b{0}  c{0}  a'{1}  d{1}
+
+llama.cpp builds the attention mask from the FIRST seq id of each entry and the cells that
+carry it, so every sequence 0..S-1 must see the whole committed prefix. Invariant between
+steps: every committed cell carries all S seq ids, and nothing else is in the cache. The
+root carries all S ids (the batch validator wants coupled sequences to stay equal).
+
+After acceptance of the path ending at node x (branch b, through x):
+  1. drop every cell deeper than x, any sequence;
+  2. drop the other branches' ids from depths 1..depth(x) (frees their cells);
+  3. copy branch b's accepted cells to every other sequence id.
+Nothing is recomputed: the accepted cells hold exactly the K/V that one-by-one decoding
+would have produced (up to batch-size-dependent kernel rounding, see the README).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+import numpy as np
+
+from lookahead.backend.base import Logits
+from lookahead.draft import Draft
+from lookahead.tokens import TokenArray
+
+
+class BackendError(Exception):
+    """The model could not be loaded or evaluated."""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    n_ctx: int = 8192  # context length in tokens (prompt + output + one draft)
+    n_batch: int = 512  # most tokens per llama_decode (prefill chunks, largest draft + 1)
+    n_threads: int = 0  # 0 = every CPU this process may run on
+    max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree
+    repack: bool = True  # llama.cpp's repacked CPU weights (its default; faster)
+
+
+_LOG_KEEP = 20
+_log_lines: list[str] = []
+
+
+@ll.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp writes a lot to stderr by default; keep the last lines so an error can
+    # quote them, and print nothing.
+    _log_lines.append(text.decode("utf-8", "replace"))
+    if len(_log_lines) > _LOG_KEEP:
+        del _log_lines[0]
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _backend_ready = True
+
+
+def _last_log_error() -> str:
+    lines = [ln.strip() for ln in _log_lines if ln.strip() and ln.strip() != "."]
+    return lines[-1] if lines else "no details from llama.cpp"
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Batch:
+    """A llama_batch whose arrays are numpy buffers we own, so filling it is vector work."""
+
+    def __init__(self, capacity: int, n_seq: int) -> None:
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq = np.zeros((capacity, n_seq), dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        row_ptr = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq.ctypes.data
+        self._rows = (row_ptr * capacity)(
+            *[ctypes.cast(base + i * n_seq * 4, row_ptr) for i in range(capacity)]
+        )
+        self.struct = ll.llama_batch()
+        self.struct.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
+        self.struct.embd = ctypes.POINTER(ctypes.c_float)()
+        self.struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
+        self.struct.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self.struct.seq_id = ctypes.cast(self._rows, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
+        self.struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+
+
+class _Rows:
+    """Zero-copy views of the logits rows of the last decode."""
+
+    def __init__(self, ctx: ll.llama_context_p, n_vocab: int, n_rows: int) -> None:
+        self._ctx = ctx
+        self._n_vocab = n_vocab
+        self._n_rows = n_rows
+
+    def __getitem__(self, row: int) -> Logits:
+        if not 0 <= row < self._n_rows:
+            raise IndexError(row)
+        ptr = ll.llama_get_logits_ith(self._ctx, row)
+        if not ptr:
+            raise BackendError(f"llama.cpp returned no logits for row {row}")
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+
+class LlamaBackend:
+    """A GGUF model and one context, ready for tree-shaped verify batches."""
+
+    def __init__(self, path: str | Path, config: BackendConfig | None = None) -> None:
+        _init_backend()
+        self.config = config = config or BackendConfig()
+        self.path = Path(path)
+        mparams = ll.llama_model_default_params()
+        mparams.use_extra_bufts = config.repack
+        _log_lines.clear()
+        model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            raise BackendError(f"llama.cpp could not load {self.path}: {_last_log_error()}")
+        self._model = model
+        self._vocab = ll.llama_model_get_vocab(model)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx_train = int(ll.llama_model_n_ctx_train(model))
+
+        self.max_branches = max(1, config.max_branches)
+        threads = config.n_threads or default_threads()
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = config.n_batch
+        cparams.n_seq_max = self.max_branches
+        cparams.kv_unified = True
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        ctx = ll.llama_init_from_model(model, cparams)
+        if not ctx:
+            ll.llama_model_free(model)
+            raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
+        self._ctx = ctx
+        self._mem = ll.llama_get_memory(ctx)
+        self.n_ctx = int(ll.llama_n_ctx(ctx))
+        self.n_batch = config.n_batch
+        self.n_threads = threads
+        self._batch = _Batch(self.n_batch, self.max_branches)
+        self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self.n_past = 0
+
+    # ---- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    # ---- vocabulary -----------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = ll.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+            piece = buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self._vocab, token))
+        return eog
+
+    def meta(self, key: str) -> str | None:
+        size = 1 << 16
+        buf = ctypes.create_string_buffer(size)
+        n = ll.llama_model_meta_val_str(self._model, key.encode(), buf, size)
+        if n < 0:
+            return None
+        if n >= size:
+            buf = ctypes.create_string_buffer(n + 1)
+            ll.llama_model_meta_val_str(self._model, key.encode(), buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def special_text(self, token: int) -> str:
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_token_to_piece(self._vocab, token, buf, 256, 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Tokens of `messages` rendered with the model's own chat template (GGUF metadata)."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.meta("tokenizer.chat_template")
+        if not template:
+            raise BackendError("this model has no chat template in its GGUF metadata")
+        bos = ll.llama_vocab_bos(self._vocab)
+        eos = ll.llama_vocab_eos(self._vocab)
+        bos_text = self.special_text(bos) if bos >= 0 else ""
+        eos_text = self.special_text(eos) if eos >= 0 else ""
+        fmt = Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=bos_text)
+        text = fmt(messages=list(messages)).prompt
+        tokens = self.tokenize(text, add_special=False, parse_special=True)
+        if ll.llama_vocab_get_add_bos(self._vocab) and bos >= 0 and (not tokens or tokens[0] != bos):
+            tokens.insert(0, bos)
+        return tokens
+
+    def fingerprint(self) -> str:
+        """A short id of the tokenizer (for caches keyed by tokenization)."""
+        h = hashlib.sha256()
+        h.update(str(self.n_vocab).encode())
+        for tok in range(0, self.n_vocab, max(1, self.n_vocab // 4096)):
+            h.update(self.token_bytes(tok))
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
+    # ---- KV cache and decoding ------------------------------------------------------
+    def reset(self) -> None:
+        ll.llama_memory_clear(self._mem, True)
+        self.n_past = 0
+
+    def _decode(self, n: int) -> None:
+        self._batch.struct.n_tokens = n
+        rc = ll.llama_decode(self._ctx, self._batch.struct)
+        if rc != 0:
+            raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
+
+    def prefill(self, tokens: TokenArray) -> None:
+        b = self._batch
+        tokens = np.asarray(tokens, dtype=np.int32)
+        if self.n_past + len(tokens) + 1 > self.n_ctx:
+            raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
+        start = self.n_past
+        for lo in range(0, len(tokens), self.n_batch):
+            chunk = tokens[lo : lo + self.n_batch]
+            n = len(chunk)
+            b.token[:n] = chunk
+            b.pos[:n] = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
+            b.n_seq_id[:n] = 1
+            b.seq[:n, 0] = 0
+            b.logits[:n] = 0
+            self._decode(n)
+            self.n_past += n
+        # every sequence id shares the committed prefix (see the module docstring)
+        for s in range(1, self.max_branches):
+            ll.llama_memory_seq_cp(self._mem, 0, s, start, -1)
+
+    def verify(self, root: int, draft: Draft) -> _Rows:
+        n = len(draft) + 1
+        if n > self.n_batch:
+            raise BackendError(f"a draft of {n - 1} nodes exceeds n_batch {self.n_batch}")
+        if self.n_past + draft.max_depth + 1 > self.n_ctx:
+            raise BackendError("the draft does not fit in the context")
+        b = self._batch
+        b.token[0] = root
+        b.token[1:n] = draft.tokens
+        b.pos[0] = self.n_past
+        b.pos[1:n] = self.n_past + draft.depth
+        b.logits[:n] = 1
+        b.n_seq_id[0] = self.max_branches
+        b.seq[0, :] = self._all_seqs
+        self._leaf_of = self._tag_branches(draft) if n > 1 else None
+        self._decode(n)
+        return _Rows(self._ctx, self.n_vocab, n)
+
+    def _tag_branches(self, draft: Draft) -> np.ndarray:
+        """Give each leaf one sequence id and every node the ids of the leaves below it."""
+        leaves = draft.leaves()
+        if len(leaves) > self.max_branches:
+            raise BackendError(f"a draft with {len(leaves)} leaves exceeds max_branches {self.max_branches}")
+        b = self._batch
+        n_nodes = len(draft)
+        counts = b.n_seq_id[1 : n_nodes + 1]
+        counts[:] = 0
+        leaf_of = np.zeros(n_nodes, dtype=np.int32)  # one sequence id through each node
+        parents = draft.parents
+        for s, leaf in enumerate(leaves):
+            node = leaf
+            while node >= 0:
+                row = node + 1
+                b.seq[row, counts[node]] = s
+                counts[node] += 1
+                leaf_of[node] = s
+                node = int(parents[node])
+        return leaf_of
+
+    def commit(self, draft: Draft, accepted: list[int]) -> None:
+        mem = self._mem
+        base = self.n_past  # the root's position
+        m = len(accepted)
+        if len(draft):
+            # 1. nothing deeper than the accepted path survives, in any sequence
+            ll.llama_memory_seq_rm(mem, -1, base + m + 1, -1)
+            if m:
+                keep = int(self._leaf_of[accepted[-1]])  # type: ignore[index]
+                # 2. other branches lose depths 1..m; 3. the kept branch is shared again
+                for s in range(self.max_branches):
+                    if s != keep:
+                        ll.llama_memory_seq_rm(mem, s, base + 1, -1)
+                for s in range(self.max_branches):
+                    if s != keep:
+                        ll.llama_memory_seq_cp(mem, keep, s, base + 1, base + m + 1)
+        self.n_past = base + m + 1
+
+    def truncate(self, n_past: int) -> None:
+        """Drop every cell at position >= n_past (used by tests and cost probes)."""
+        ll.llama_memory_seq_rm(self._mem, -1, n_past, -1)
+        self.n_past = n_past
+
+    def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
+        """Seconds for one decode of n chained tokens at the current position, per n (median)."""
+        out: dict[int, float] = {}
+        b = self._batch
+        start = self.n_past
+        for n in sizes:
+            if n > self.n_batch or start + n > self.n_ctx:
+                continue
+            times = []
+            for _ in range(repeats + 1):  # the first run warms caches and is dropped
+                b.token[:n] = np.arange(n, dtype=np.int32) % self.n_vocab
+                b.pos[:n] = np.arange(start, start + n, dtype=np.int32)
+                b.n_seq_id[:n] = 1
+                b.seq[:n, 0] = 0
+                b.logits[:n] = 1
+                t0 = time.perf_counter()
+                self._decode(n)
+                times.append(time.perf_counter() - t0)
+                ll.llama_memory_seq_rm(self._mem, -1, start, -1)
+            out[n] = float(np.median(times[1:]))
+        return out

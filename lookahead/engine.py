@@ -1,0 +1,249 @@
+"""The decoding loop: propose -> verify -> accept -> observe, as a generator of events.
+
+Plain decoding is the same loop with empty drafts, so both paths share every line that
+could make them differ. The CLI's live display, the server's stream and the bench all read
+the same events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from lookahead.accept import accept
+from lookahead.backend.base import Verifier
+from lookahead.draft import Draft
+from lookahead.sampling import Sampler, SamplingConfig
+from lookahead.text import TextStream
+
+
+class GenerationError(ValueError):
+    """The request cannot be served as asked (bad limits, prompt too long, ...)."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 256  # most tokens to generate
+    stop: tuple[str, ...] = ()  # generation ends before the first of these strings
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0:
+            raise GenerationError(f"max_tokens must be > 0, got {self.max_tokens}")
+
+
+class Drafter(Protocol):
+    def observe(self, tokens: Sequence[int]) -> None: ...
+
+    def propose(self, budget: int, max_depth: int, branches: int) -> Draft: ...
+
+
+class Policy(Protocol):
+    """Chooses how much of each draft to verify (the adaptive controller, or a fixed K)."""
+
+    @property
+    def budget(self) -> int: ...  # nodes to ask the drafter for
+
+    @property
+    def max_depth(self) -> int: ...
+
+    @property
+    def branches(self) -> int: ...
+
+    @property
+    def alpha(self) -> float: ...
+
+    def choose(self, draft: Draft) -> int: ...
+
+    def observe(self, verified: Draft, accepted: list[int], seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """One verify step."""
+
+    tokens: list[int]  # tokens emitted this step: accepted drafts + the bonus token
+    text: str  # text safe to show now (may be empty while a character or stop is pending)
+    drafted: int  # draft nodes verified
+    accepted: int  # draft tokens accepted
+    depth: int  # depth of the verified draft
+    verify_s: float  # the llama_decode of root + draft
+    draft_s: float  # proposing + choosing the draft
+    alpha: float  # rolling accepted drafts per step, as the policy sees it
+
+
+@dataclass
+class Stats:
+    n_tokens: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    k_trace: list[int] = field(default_factory=list)  # nodes verified, per step
+
+    @property
+    def alpha(self) -> float:
+        """Accepted draft tokens per verify step."""
+        return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    tokens: list[int]
+    stats: Stats
+    finish_reason: str  # "stop" (end token or stop string) or "length"
+
+
+@dataclass(frozen=True)
+class Done:
+    """The last event of a generation."""
+
+    result: Result
+
+
+Event = Step | Done
+
+
+class FixedPolicy:
+    """Verify every drafted node: fixed K (depth), budget and branching; or no drafts."""
+
+    def __init__(self, k: int, budget: int | None = None, branches: int = 1) -> None:
+        self._k = max(0, k)
+        self._budget = self._k if budget is None else max(0, budget)
+        self._branches = max(1, branches)
+        self._steps = 0
+        self._accepted = 0
+
+    budget = property(lambda self: self._budget)
+    max_depth = property(lambda self: self._k)
+    branches = property(lambda self: self._branches)
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._steps if self._steps else 0.0
+
+    def choose(self, draft: Draft) -> int:
+        return min(len(draft), self._budget)
+
+    def observe(self, verified: Draft, accepted: list[int], seconds: float) -> None:
+        self._steps += 1
+        self._accepted += len(accepted)
+
+
+def _fit(draft: Draft, max_leaves: int, max_depth: int) -> Draft:
+    """The longest prefix of `draft` with at most `max_leaves` leaves and depth <= max_depth.
+
+    Adding a node keeps or grows the leaf count, so the prefix is found in one pass.
+    """
+    if not len(draft):
+        return draft
+    is_leaf = np.zeros(len(draft), dtype=bool)
+    leaves = 0
+    for i in range(len(draft)):
+        par = int(draft.parents[i])
+        if draft.depth[i] > max_depth:
+            return draft.prefix(i)
+        if par < 0 or not is_leaf[par]:
+            leaves += 1
+            if leaves > max_leaves:
+                return draft.prefix(i)
+        else:
+            is_leaf[par] = False
+        is_leaf[i] = True
+    return draft
+
+
+def generate(
+    verifier: Verifier,
+    prompt: Sequence[int],
+    config: GenerationConfig,
+    drafter: Drafter | None = None,
+    policy: Policy | None = None,
+) -> Iterator[Event]:
+    """Generate from `prompt` tokens; yields a Step per verify step, then Done.
+
+    With no drafter (or a policy that drafts nothing) this is plain decoding.
+    """
+    if not len(prompt):
+        raise GenerationError("the prompt is empty")
+    if len(prompt) + 1 > verifier.n_ctx:
+        raise GenerationError(
+            f"the prompt has {len(prompt)} tokens, more than the context of {verifier.n_ctx} allows"
+        )
+    policy = policy or FixedPolicy(0)
+    sampler = Sampler(config.sampling)
+    stream = TextStream(config.stop)
+    stats = Stats()
+    history = list(prompt)
+
+    verifier.reset()
+    t0 = time.perf_counter()
+    verifier.prefill(np.asarray(prompt[:-1], dtype=np.int32))
+    stats.prefill_s = time.perf_counter() - t0
+    root = int(prompt[-1])
+    if drafter is not None:
+        drafter.observe(prompt)
+
+    out: list[int] = []
+    finish = "length"
+    t_start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        room = verifier.n_ctx - verifier.n_past - 2  # the root and the bonus must fit too
+        want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work
+        depth = min(policy.max_depth, room, want)
+        draft = Draft.empty()
+        if drafter is not None and depth > 0 and policy.budget > 0:
+            draft = drafter.propose(policy.budget, depth, policy.branches)
+            draft = _fit(draft, verifier.max_branches, depth)
+            draft = draft.prefix(policy.choose(draft))
+        t1 = time.perf_counter()
+        rows = verifier.verify(root, draft)
+        t2 = time.perf_counter()
+        path, bonus = accept(draft, rows, sampler.pick, history)
+        verifier.commit(draft, path)
+        policy.observe(draft, path, t2 - t1)
+
+        new = [int(draft.tokens[i]) for i in path] + [bonus]
+        stats.steps += 1
+        stats.drafted += len(draft)
+        stats.accepted += len(path)
+        stats.k_trace.append(len(draft))
+
+        emitted: list[int] = []
+        text = ""
+        for tok in new:
+            if verifier.is_eog(tok):
+                finish = "stop"
+                break
+            emitted.append(tok)
+            text += stream.feed(verifier.token_bytes(tok))
+            if stream.stopped:
+                finish = "stop"
+                break
+            if len(out) + len(emitted) >= config.max_tokens:
+                break
+        out.extend(emitted)
+        history.extend(new)
+        if drafter is not None:
+            drafter.observe(new)
+        root = bonus
+        done = finish == "stop" or len(out) >= config.max_tokens or verifier.n_past + 1 >= verifier.n_ctx
+        if done:
+            text += stream.finish()
+        stats.decode_s = time.perf_counter() - t_start
+        stats.n_tokens = len(out)
+        yield Step(emitted, text, len(draft), len(path), draft.max_depth, t2 - t1, t1 - t0, policy.alpha)
+        if done:
+            break
+    yield Done(Result(stream.text, out, stats, finish))

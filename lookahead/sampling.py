@@ -1,0 +1,96 @@
+"""Turning one row of logits into one token, the way plain decoding would.
+
+The order follows llama.cpp's default sampler chain: repeat penalty -> top-k -> top-p ->
+min-p (on the untempered distribution) -> temperature -> draw. A draw consumes exactly one
+uniform number, so with the same seed the n-th generated token uses the n-th number whether
+or not drafts were verified: speculative output then equals plain output token for token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0  # 0 = greedy (argmax); > 0 = sample
+    top_k: int = 40  # keep the k most likely tokens (0 = all)
+    top_p: float = 1.0  # keep the smallest set whose probability reaches top_p, in (0, 1]
+    min_p: float = 0.0  # drop tokens below min_p * (probability of the best token)
+    repeat_penalty: float = 1.0  # > 1 discourages tokens seen in the last repeat_last_n
+    repeat_last_n: int = 64  # how far back the repeat penalty looks
+    seed: int | None = None  # None = fresh entropy
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not self.repeat_penalty > 0:
+            raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def penalize(logits: npt.NDArray[np.float32], recent: Sequence[int], penalty: float) -> npt.NDArray[np.float32]:
+    """llama.cpp's repeat penalty on a copy: positive logits divided, negative multiplied."""
+    out = np.array(logits, dtype=np.float32, copy=True)
+    if penalty == 1.0 or not len(recent):
+        return out
+    ids = np.unique(np.asarray(recent, dtype=np.int64))
+    vals = out[ids]
+    out[ids] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return out
+
+
+class Sampler:
+    """Picks tokens from logits rows: greedy or seeded sampling, one uniform per token."""
+
+    def __init__(self, config: SamplingConfig) -> None:
+        self.config = config
+        self._rng = np.random.default_rng(config.seed)
+
+    def pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
+        """The next token after `history` (all tokens so far, prompt included)."""
+        cfg = self.config
+        if cfg.repeat_penalty != 1.0:
+            recent = history[-cfg.repeat_last_n :] if cfg.repeat_last_n > 0 else ()
+            logits = penalize(logits, recent, cfg.repeat_penalty)
+        if cfg.greedy:
+            return int(np.argmax(logits))
+        return self._draw(logits, float(self._rng.random()))
+
+    def _draw(self, logits: npt.NDArray[np.float32], u: float) -> int:
+        cfg = self.config
+        n = len(logits)
+        if 0 < cfg.top_k < n:
+            idx = np.argpartition(-logits, cfg.top_k - 1)[: cfg.top_k]
+        else:
+            idx = np.arange(n)
+        vals = logits[idx].astype(np.float64)
+        # most likely first; ties broken by token id so the order never depends on
+        # argpartition's internal layout
+        order = np.lexsort((idx, -vals))
+        idx, vals = idx[order], vals[order]
+        probs = np.exp(vals - vals[0])
+        probs /= probs.sum()
+        keep = len(probs)
+        if cfg.top_p < 1.0:
+            keep = min(keep, int(np.searchsorted(np.cumsum(probs), cfg.top_p)) + 1)
+        if cfg.min_p > 0.0:
+            keep = min(keep, max(1, int(np.count_nonzero(probs >= cfg.min_p * probs[0]))))
+        vals = vals[:keep] / cfg.temperature
+        probs = np.exp(vals - vals[0])
+        cdf = np.cumsum(probs)
+        j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+        return int(idx[min(j, keep - 1)])
