@@ -9,17 +9,27 @@ n_past + depth; every branch, root to leaf, is one sequence id):
                       └─── [a'] ─── [d]                 leaf d  -> seq 1
      entries:    root{0..S-1}  a{0}  b{0}  c{0}  a'{1}  d{1}
 
+Entries go in depth-first preorder (children best-first) and leaves are numbered left to
+right, so the leaves below any node are a range of seq ids.
+
 llama.cpp builds the attention mask from the FIRST seq id of each entry and the cells that
 carry it, so every sequence 0..S-1 must see the whole committed prefix. Invariant between
-steps: every committed cell carries all S seq ids, and nothing else is in the cache. The
+steps: every committed cell carries all S seq ids; the only other cells are "parked" ones,
+which carry just the spare id S that no batch ever uses, so nobody attends to them. The
 root carries all S ids (the batch validator wants coupled sequences to stay equal).
 
-After acceptance of the path ending at node x (branch b, through x):
-  1. drop every cell deeper than x, any sequence;
-  2. drop the other branches' ids from depths 1..depth(x) (frees their cells);
-  3. copy branch b's accepted cells to every other sequence id.
+Why park instead of free: llama.cpp's CPU flash attention (which is what makes batched
+logits bit-identical to one-token decoding) sums the live cells in cache order, and a freed
+cell before a live one is refilled by a later token, changing that order and moving logits
+by up to ~0.6. Cells are taken in batch order, so with the preorder layout, for an accepted
+path ending at x (leaves below x = seq range [lo, hi], keep = lo):
+  1. branches left of x (seq < lo) lie before x: park their cells (cp to S, rm);
+  2. every other branch (seq > lo) lies after x: free its cells; keep's cells deeper
+     than x too;
+  3. copy keep's accepted cells to every other sequence id.
 Nothing is recomputed: the accepted cells hold exactly the K/V that one-by-one decoding
-would have produced (up to batch-size-dependent kernel rounding, see the README).
+would have produced. Parked cells cost capacity (`n_used`) until the next reset; with
+best-first children the accepted path is usually leftmost and parks nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +61,10 @@ class BackendConfig:
     n_threads: int = 0  # 0 = every CPU this process may run on
     max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree
     repack: bool = True  # llama.cpp's repacked CPU weights (its default; faster)
+    # Flash attention on: with it, batched logits match one-token decoding bit for bit on
+    # batch-invariant models (without it they do not). Its result depends on the ORDER of
+    # the live cells, which is why commit() never leaves a hole before a live cell.
+    flash_attn: bool = True
 
 
 _LOG_KEEP = 20
@@ -116,18 +130,79 @@ class _Batch:
 class _Rows:
     """Zero-copy views of the logits rows of the last decode."""
 
-    def __init__(self, ctx: ll.llama_context_p, n_vocab: int, n_rows: int) -> None:
+    def __init__(self, ctx: ll.llama_context_p, n_vocab: int, n_rows: int, order: np.ndarray | None) -> None:
         self._ctx = ctx
         self._n_vocab = n_vocab
         self._n_rows = n_rows
+        self._order = order  # row -> batch entry (the batch is in depth-first order)
 
     def __getitem__(self, row: int) -> Logits:
         if not 0 <= row < self._n_rows:
             raise IndexError(row)
-        ptr = ll.llama_get_logits_ith(self._ctx, row)
+        entry = row if self._order is None else int(self._order[row])
+        ptr = ll.llama_get_logits_ith(self._ctx, entry)
         if not ptr:
             raise BackendError(f"llama.cpp returned no logits for row {row}")
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+
+class _TreeLayout:
+    """Where each draft node goes in the batch, and which sequence ids it carries.
+
+    Batch entries follow a depth-first preorder (children best-first), leaves numbered
+    left to right get seq ids 0..L-1, so the leaves below any node form a range [lo, hi].
+    Cells are taken in batch order, so preorder is also cache order: for an accepted
+    node x, every rejected cell before x belongs to a leaf left of x (seq < lo), and every
+    cell after x to a leaf at or right of lo. That is what lets commit() free only cells
+    that come after the kept ones.
+    """
+
+    def __init__(self, draft: Draft, max_leaves: int) -> None:
+        n = len(draft)
+        kids: list[list[int]] = [[] for _ in range(n + 1)]
+        for i in range(n):
+            kids[int(draft.parents[i]) + 1].append(i)
+        pre = np.zeros(n, dtype=np.int32)  # node -> preorder index
+        order: list[int] = []
+        stack = list(reversed(kids[0]))
+        while stack:
+            node = stack.pop()
+            pre[node] = len(order)
+            order.append(node)
+            stack.extend(reversed(kids[node + 1]))
+        lo = np.zeros(n, dtype=np.int32)
+        hi = np.zeros(n, dtype=np.int32)
+        leaf = 0
+        for node in order:
+            if not kids[node + 1]:
+                lo[node] = hi[node] = leaf
+                leaf += 1
+        for node in reversed(order):  # children before parents
+            if kids[node + 1]:
+                lo[node] = lo[kids[node + 1][0]]
+                hi[node] = hi[kids[node + 1][-1]]
+        if leaf > max_leaves:
+            raise BackendError(f"a draft with {leaf} leaves exceeds max_branches {max_leaves}")
+        self.n_leaves = leaf
+        self.order = order
+        self.pre = pre
+        self.leaf_range = {i: (int(lo[i]), int(hi[i])) for i in range(n)}
+        self.depth = draft.depth
+        self.tokens = draft.tokens
+        # row r (0 = root, i + 1 = node i) -> batch entry
+        self.rows = np.concatenate([[0], pre + 1]).astype(np.int32)
+
+    def fill(self, b: _Batch, n_past: int) -> None:
+        for e, node in enumerate(self.order, start=1):
+            lo, hi = self.leaf_range[node]
+            b.token[e] = self.tokens[node]
+            b.pos[e] = n_past + self.depth[node]
+            b.n_seq_id[e] = hi - lo + 1
+            b.seq[e, : hi - lo + 1] = np.arange(lo, hi + 1, dtype=np.int32)
+
+    def parked_before(self, x: int, m: int) -> int:
+        """Rejected cells before x in cache order (x is the m-th node of the kept path)."""
+        return int(self.pre[x]) - (m - 1)
 
 
 class LlamaBackend:
@@ -154,11 +229,15 @@ class LlamaBackend:
         cparams.n_ctx = config.n_ctx
         cparams.n_batch = config.n_batch
         cparams.n_ubatch = config.n_batch
-        cparams.n_seq_max = self.max_branches
+        # one more id than branches: the last one parks rejected cells (see commit)
+        cparams.n_seq_max = self.max_branches + 1
         cparams.kv_unified = True
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        cparams.flash_attn_type = (
+            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
             ll.llama_model_free(model)
@@ -168,6 +247,9 @@ class LlamaBackend:
         self.n_ctx = int(ll.llama_n_ctx(ctx))
         self.n_batch = config.n_batch
         self.n_threads = threads
+        self._park = self.max_branches
+        self._layout: _TreeLayout | None = None
+        self.parked = 0
         self._batch = _Batch(self.n_batch, self.max_branches)
         self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
         self._pieces: dict[int, bytes] = {}
@@ -263,6 +345,7 @@ class LlamaBackend:
     def reset(self) -> None:
         ll.llama_memory_clear(self._mem, True)
         self.n_past = 0
+        self.parked = 0
 
     def _decode(self, n: int) -> None:
         self._batch.struct.n_tokens = n
@@ -290,61 +373,64 @@ class LlamaBackend:
         for s in range(1, self.max_branches):
             ll.llama_memory_seq_cp(self._mem, 0, s, start, -1)
 
+    @property
+    def n_used(self) -> int:
+        """KV cells in use: the committed tokens plus parked rejected cells."""
+        return self.n_past + self.parked
+
     def verify(self, root: int, draft: Draft) -> _Rows:
         n = len(draft) + 1
         if n > self.n_batch:
             raise BackendError(f"a draft of {n - 1} nodes exceeds n_batch {self.n_batch}")
-        if self.n_past + draft.max_depth + 1 > self.n_ctx:
+        if self.n_used + n > self.n_ctx:
             raise BackendError("the draft does not fit in the context")
         b = self._batch
         b.token[0] = root
-        b.token[1:n] = draft.tokens
         b.pos[0] = self.n_past
-        b.pos[1:n] = self.n_past + draft.depth
         b.logits[:n] = 1
         b.n_seq_id[0] = self.max_branches
-        b.seq[0, :] = self._all_seqs
-        self._leaf_of = self._tag_branches(draft) if n > 1 else None
+        b.seq[0, : self.max_branches] = self._all_seqs
+        if n > 1:
+            self._layout = _TreeLayout(draft, self.max_branches)
+            self._layout.fill(b, self.n_past)
+            rows = self._layout.rows
+        else:
+            self._layout = None
+            rows = None
         self._decode(n)
-        return _Rows(self._ctx, self.n_vocab, n)
-
-    def _tag_branches(self, draft: Draft) -> np.ndarray:
-        """Give each leaf one sequence id and every node the ids of the leaves below it."""
-        leaves = draft.leaves()
-        if len(leaves) > self.max_branches:
-            raise BackendError(f"a draft with {len(leaves)} leaves exceeds max_branches {self.max_branches}")
-        b = self._batch
-        n_nodes = len(draft)
-        counts = b.n_seq_id[1 : n_nodes + 1]
-        counts[:] = 0
-        leaf_of = np.zeros(n_nodes, dtype=np.int32)  # one sequence id through each node
-        parents = draft.parents
-        for s, leaf in enumerate(leaves):
-            node = leaf
-            while node >= 0:
-                row = node + 1
-                b.seq[row, counts[node]] = s
-                counts[node] += 1
-                leaf_of[node] = s
-                node = int(parents[node])
-        return leaf_of
+        return _Rows(self._ctx, self.n_vocab, n, rows)
 
     def commit(self, draft: Draft, accepted: list[int]) -> None:
         mem = self._mem
         base = self.n_past  # the root's position
         m = len(accepted)
-        if len(draft):
-            # 1. nothing deeper than the accepted path survives, in any sequence
-            ll.llama_memory_seq_rm(mem, -1, base + m + 1, -1)
-            if m:
-                keep = int(self._leaf_of[accepted[-1]])  # type: ignore[index]
-                # 2. other branches lose depths 1..m; 3. the kept branch is shared again
-                for s in range(self.max_branches):
-                    if s != keep:
-                        ll.llama_memory_seq_rm(mem, s, base + 1, -1)
-                for s in range(self.max_branches):
-                    if s != keep:
-                        ll.llama_memory_seq_cp(mem, keep, s, base + 1, base + m + 1)
+        layout = self._layout
+        if layout is None:
+            pass
+        elif m == 0:
+            # every draft cell sits after the root's: freeing them leaves no hole. Remove by
+            # branch id, never with -1, which would also free parked cells past the root.
+            for s in range(layout.n_leaves):
+                ll.llama_memory_seq_rm(mem, s, base + 1, -1)
+        else:
+            x = accepted[-1]
+            lo, hi = layout.leaf_range[x]
+            keep = lo
+            for s in range(layout.n_leaves):
+                if s < lo:
+                    # cells of branches left of x lie BEFORE x in the cache: park them
+                    # under the unused id (alive, masked for everyone) instead of
+                    # leaving holes (see the module docstring)
+                    ll.llama_memory_seq_cp(mem, s, self._park, base + 1, -1)
+                if s != keep:
+                    ll.llama_memory_seq_rm(mem, s, base + 1, -1)
+            # x's own descendants on the kept branch lie after x: free them
+            ll.llama_memory_seq_rm(mem, keep, base + m + 1, -1)
+            # the accepted cells become shared by every sequence id again
+            for s in range(self.max_branches):
+                if s != keep:
+                    ll.llama_memory_seq_cp(mem, keep, s, base + 1, base + m + 1)
+            self.parked += layout.parked_before(x, m)
         self.n_past = base + m + 1
 
     def truncate(self, n_past: int) -> None:

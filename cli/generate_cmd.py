@@ -1,0 +1,77 @@
+"""`lookahead generate`: stream a generation to stdout, statistics to stderr or as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from cli.models_cmd import _RichProgress
+from lookahead.api import DraftConfig, load
+from lookahead.backend.llama import BackendConfig
+from lookahead.engine import Done, Result, Step
+from lookahead.sampling import SamplingConfig
+
+
+def json_summary(result: Result) -> dict[str, Any]:
+    """The --json object. Its keys are a contract other tools rely on: add, never rename."""
+    s = result.stats
+    return {
+        "text": result.text,
+        "n_tokens": s.n_tokens,
+        "prefill_s": round(s.prefill_s, 6),
+        "decode_s": round(s.decode_s, 6),
+        "steps": s.steps,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "alpha": round(s.alpha, 6),
+        "finish_reason": result.finish_reason,
+        "k_trace": s.k_trace,
+    }
+
+
+def run_generate(
+    *,
+    text: str,
+    chat: bool,
+    model: str,
+    max_tokens: int,
+    sampling: dict[str, Any],
+    stop: tuple[str, ...],
+    draft: dict[str, Any],
+    as_json: bool,
+    n_ctx: int,
+    threads: int,
+) -> None:
+    # Build every config first: bad values fail before the model is loaded.
+    sampling_cfg = SamplingConfig(**sampling)
+    draft_cfg = DraftConfig(**draft)
+    if max_tokens <= 0:
+        raise ValueError(f"--max-tokens must be > 0, got {max_tokens}")
+    backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
+    err = Console(stderr=True)
+    with _RichProgress(err) as progress:
+        lm = load(model, backend=backend_cfg, progress=progress)
+    result: Result | None = None
+    for event in lm.stream(
+        text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg
+    ):
+        if isinstance(event, Step):
+            if not as_json and event.text:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        elif isinstance(event, Done):
+            result = event.result
+    assert result is not None
+    if as_json:
+        sys.stdout.write(json.dumps(json_summary(result), ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write("\n")
+        s = result.stats
+        err.print(
+            f"[dim]{s.n_tokens} tokens in {s.decode_s:.2f}s ({s.tokens_per_s:.1f} tok/s), "
+            f"{s.steps} steps, alpha {s.alpha:.2f}, prefill {s.prefill_s:.2f}s[/dim]",
+            highlight=False,
+        )

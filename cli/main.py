@@ -1,0 +1,95 @@
+"""The `lookahead` command line: thin wrappers over the library."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.errors import fail, handled
+from cli.models_cmd import models_app
+from lookahead import models
+
+app = typer.Typer(
+    help="Faster local LLM generation on CPUs with model-free speculative decoding "
+    "(n-gram / suffix / corpus drafts, verified exactly by the model).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(models_app, name="models")
+
+
+def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    if prompt is not None and prompt_file is not None:
+        fail("give the prompt as an argument or with --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            return prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"cannot read prompt file {prompt_file}: {exc}")
+    if prompt is not None:
+        return prompt
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    fail("no prompt: give PROMPT, --prompt-file FILE, or pipe text on stdin")
+    raise AssertionError  # unreachable: fail() exits
+
+
+@app.command()
+def generate(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt text (or use --prompt-file / stdin).")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from this file.")] = None,
+    chat: Annotated[bool, typer.Option(help="Wrap the prompt as a user message in the model's chat template.")] = False,
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")] = models.DEFAULT_MODEL,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 256,
+    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")] = 0.0,
+    top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens (0 = all).")] = 40,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold, in (0, 1].")] = 1.0,
+    min_p: Annotated[float, typer.Option(help="Drop tokens below min-p times the best token's probability.")] = 0.0,
+    repeat_penalty: Annotated[float, typer.Option(help="> 1 discourages recently seen tokens (1 = off).")] = 1.0,
+    seed: Annotated[int | None, typer.Option(help="Random seed for sampling (same seed, same output).")] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop before this string (repeatable).")] = None,
+    k: Annotated[int, typer.Option("--k", help="Most draft tokens per branch (tree depth).")] = 8,
+    budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 16,
+    branches: Annotated[int, typer.Option(help="Most children per tree node (1 = a single chain).")] = 1,
+    corpus: Annotated[list[Path] | None, typer.Option(help="A folder to draft from as a static corpus (repeatable).")] = None,
+    no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")] = False,
+    n_ctx: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
+    threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
+) -> None:
+    """Generate text from a prompt, streaming it to stdout."""
+    from cli.generate_cmd import run_generate
+
+    with handled():
+        text = _read_prompt(prompt, prompt_file)
+        run_generate(
+            text=text,
+            chat=chat,
+            model=model,
+            max_tokens=max_tokens,
+            sampling=dict(
+                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                repeat_penalty=repeat_penalty, seed=seed,
+            ),
+            stop=tuple(stop or ()),
+            draft=dict(enabled=not no_spec, k=k, budget=budget, branches=branches,
+                       corpora=tuple(corpus or ())),
+            as_json=as_json,
+            n_ctx=n_ctx,
+            threads=threads,
+        )
+
+
+def main() -> None:  # pragma: no cover - console script entry
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
+
+
+

@@ -1,0 +1,586 @@
+"""Adaptive K: how many draft nodes to verify each step, from measured cost and acceptance.
+
+A step verifies the root plus the first n nodes of the best-first draft in one batch of
+n + 1 tokens, costing t(n + 1) seconds, and yields the accepted path plus one bonus token.
+A node is accepted only if its whole path is, so with calibrated conditional estimates q'
+its acceptance probability is P'(i) = product of q' from the root down to i, and the
+expected tokens of the step are 1 + sum_{i<n} P'(i) (expectation is additive over nodes,
+so this holds for trees as well as chains). The controller picks
+
+    n* = argmax_n (1 + sum_{i<n} P'(i)) / t(n + 1),      n = 0 being plain decoding,
+
+and drafts only when that beats plain decoding, 1 / t(1), by `min_gain`.
+
+Three pieces: `CostModel` learns t(size) on this machine, `AcceptanceStats` learns how far
+the sources' own q can be trusted, `Controller` combines them once per step. `simulate`
+replays a recorded trace with no model, for tests and tuning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from lookahead.draft import SOURCE_NAMES, Draft
+
+Floats = npt.NDArray[np.float64]
+
+# t(size) / t(1) for one decode of `size` tokens, measured for the default model on a
+# 2-vCPU machine: the shape assumed until this machine's own costs are measured.
+_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
+_RELATIVE = (1.0, 1.8, 2.4, 4.0, 6.0, 10.5, 15.3, 19.0, 30.3, 39.6)
+DEFAULT_SHAPE: dict[int, float] = dict(zip(_SIZES, _RELATIVE, strict=True))
+# Seconds for t(1) before anything is measured. Only ratios of costs decide n, so this
+# scale matters for reporting, never for the choice.
+DEFAULT_T1 = 0.02
+
+
+class CostModel:
+    """Verify time t(size) of one batch of `size` tokens, seeded by calibration, then learned.
+
+    Each measured size keeps an EMA of its observed seconds (the mean of the first few,
+    then a fixed rate), each observation clipped to within 2x of the current estimate
+    first, so one stall (a page fault, another process) cannot wreck it.
+    Between measured sizes the ratio measured / prior-shape is interpolated piecewise
+    linearly, and held constant beyond them: with only t(1) measured the curve is the prior
+    shape scaled to t(1); with dense measurements it follows them. Finally the table is
+    made non-decreasing in size (a bigger batch never costs less).
+    """
+
+    def __init__(
+        self,
+        calibration: Mapping[int, float] | None = None,
+        *,
+        prior: Mapping[int, float] | None = None,
+        rate: float = 0.1,
+        seed_weight: float = 4.0,
+    ) -> None:
+        # rate: EMA weight of a new observation once a size has been seen 1 / rate times.
+        # seed_weight: how many observations one calibration value counts for.
+        shape = dict(DEFAULT_SHAPE if prior is None else prior)
+        if not shape or min(shape) < 1 or min(shape.values()) <= 0:
+            raise ValueError("prior needs positive costs at sizes >= 1")
+        self._prior_sizes = np.array(sorted(shape), dtype=np.float64)
+        self._prior_costs = np.array([shape[k] for k in sorted(shape)], dtype=np.float64)
+        self.rate = rate
+        # indexed by batch size, 0..128 to start with (grown on demand)
+        self._est = np.zeros(129, dtype=np.float64)  # seconds (valid where counted)
+        self._count = np.zeros(129, dtype=np.float64)  # observations (0 = unmeasured)
+        self._table: Floats | None = None
+        self._prior_table = self._prior(np.maximum(np.arange(len(self._est), dtype=np.float64), 1))
+        for size, seconds in (calibration or {}).items():
+            if size >= 1 and math.isfinite(seconds) and seconds > 0:
+                self._grow(size)
+                self._est[size] = seconds
+                self._count[size] = seed_weight
+
+    def _grow(self, size: int) -> None:
+        old = len(self._est)
+        if size >= old:
+            cap = max(size + 1, 2 * old)
+            self._est = np.concatenate([self._est, np.zeros(cap - old)])
+            self._count = np.concatenate([self._count, np.zeros(cap - old)])
+            self._prior_table = self._prior(np.maximum(np.arange(cap, dtype=np.float64), 1))
+            self._table = None
+
+    def observe(self, size: int, seconds: float) -> None:
+        """Record that one verify batch of `size` tokens took `seconds`."""
+        if size < 1:
+            raise ValueError("batch size must be >= 1")
+        if not (math.isfinite(seconds) and seconds > 0):
+            return
+        self._grow(size)
+        count = self._count[size]
+        if count == 0:
+            self._est[size] = seconds
+        else:
+            cur = self._est[size]
+            x = min(max(seconds, 0.5 * cur), 2.0 * cur)
+            # mean of the first 1/rate observations, then an EMA with weight `rate`
+            self._est[size] = cur + max(self.rate, 1.0 / (count + 1.0)) * (x - cur)
+        self._count[size] = count + 1.0
+        self._table = None
+
+    def table(self, max_size: int) -> Floats:
+        """t[size] in seconds for size 0..max_size at least (t[0] = 0), non-decreasing."""
+        if self._table is None or len(self._table) <= max_size:
+            self._grow(max_size)
+            self._table = self._build(len(self._est) - 1)
+        return self._table
+
+    def seconds(self, size: int) -> float:
+        """Estimated seconds to verify a batch of `size` tokens."""
+        return float(self.table(size)[size])
+
+    @property
+    def measured(self) -> dict[int, float]:
+        """Sizes with observations (or calibration) and their current estimates."""
+        return {int(k): float(self._est[k]) for k in np.flatnonzero(self._count > 0)}
+
+    def _prior(self, sizes: Floats) -> Floats:
+        """The prior shape at `sizes`, relative to t(1), extrapolated linearly past its end."""
+        ks, vs = self._prior_sizes, self._prior_costs
+        out = np.interp(sizes, ks, vs)
+        if len(ks) > 1:
+            slope = max((vs[-1] - vs[-2]) / (ks[-1] - ks[-2]), 0.0)
+            out = np.where(sizes > ks[-1], vs[-1] + slope * (sizes - ks[-1]), out)
+        return out / float(np.interp(1.0, ks, vs))
+
+    def _build(self, max_size: int) -> Floats:
+        prior = self._prior_table[: max_size + 1]
+        known = np.flatnonzero(self._count[: max_size + 1] > 0)
+        if len(known) == 0:
+            t = prior * DEFAULT_T1
+        else:
+            # t(n) = prior(n) * r(n), r piecewise linear through measured / prior
+            ratio = self._est[known] / prior[known]
+            t = prior * np.interp(np.arange(max_size + 1), known, ratio)
+        t[0] = 0.0
+        t = np.maximum.accumulate(t)
+        t.flags.writeable = False  # shared with callers until the next observation
+        return t
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Knobs of the adaptive-K controller. Built once at the edge (CLI, server, bench)."""
+
+    # False: verify every node the caller drafted, up to `budget` and `k_max` (fixed K).
+    adaptive: bool = True
+    # Deepest node a verified prefix may contain (the longest chain, K).
+    k_max: int = 64
+    # Most draft nodes verified in one step; the batch is budget + 1 tokens.
+    budget: int = 64
+    # Most children per node the proposer may build (1 = a single chain). Passed through
+    # to the drafter; choose() takes whatever tree it gets.
+    branches: int = 1
+    # Draft only when expected tokens/s beats plain decoding by this factor. Covers what
+    # t(n) leaves out (building the tree and the batch, KV bookkeeping: expected to be a
+    # few % of a ~20 ms step) and the optimism of taking the best of many noisy estimates;
+    # 1.05 keeps a near-tie plain.
+    min_gain: float = 1.05
+    # While not drafting, verify a small probe after this many declined steps that taught
+    # nothing (no bonus token given to observe); 0 = never probe.
+    probe_every: int = 8
+    # Nodes in a probe; doubled (up to `budget`) after a probe accepted in full, so a turn
+    # to copyable text is confirmed in a few steps.
+    probe_nodes: int = 2
+    # Steps in the rolling alpha; its EMA uses the matching rate 2 / (window + 1).
+    window: int = 32
+    # Trials: each (source, q bin) calibration cell weighs its own trials with an
+    # exponential window about this long. Longer is steadier; a change test (see
+    # `AcceptanceStats.record_trials`) drops the history when the text changes regime.
+    calib_window: float = 30.0
+    # Steps: all acceptance evidence halves in this time, so a cell that stops being
+    # tried drifts back to trusting the source's own q.
+    half_life: float = 32.0
+    # Strength, in trials, of the Beta prior centred on each node's raw q: with no evidence
+    # q' = q, and evidence takes over after a few trials.
+    prior_trials: float = 2.0
+
+    def __post_init__(self) -> None:
+        if min(self.k_max, self.branches, self.window, self.probe_nodes) < 1 or self.budget < 0:
+            raise ValueError("k_max, branches, window, probe_nodes must be >= 1, budget >= 0")
+        if self.min_gain <= 0 or self.calib_window < 1 or self.half_life <= 0:
+            raise ValueError("min_gain and half_life must be > 0, calib_window >= 1")
+        if self.probe_every < 0 or self.prior_trials <= 0:
+            raise ValueError("probe_every must be >= 0, prior_trials > 0")
+
+
+# Upper edges of the q bins of the calibration: finer near 1, where long chains live and
+# a few percent of q change the best n a lot.
+Q_EDGES = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98])
+N_BINS = len(Q_EDGES) + 1
+# The change test of a calibration cell (see `record_trials`): it weighs the rate p of the
+# cell's history against rates moved this share of the way to 1 and to 0 ...
+CHANGE_SHIFT = 0.8
+# ... fires when the evidence for one of them reaches this many nats (20:1; two hits in a
+# row on a cell at p = 0.1, or one miss at p = 0.97) ...
+CHANGE_NATS = 3.0
+# ... and then the cell keeps only this share of its older evidence.
+CHANGE_KEEP = 0.1
+
+
+class AcceptanceStats:
+    """What verification taught: rolling alpha, acceptance by depth and by source, and a
+    calibration of the sources' own estimates q.
+
+    A node is a trial when it was "reached" (its parent was accepted, or it hangs below the
+    root); it succeeds when it is accepted. Trials are binned by (source, q bin); a cell's
+    decayed counts (hits h, trials n) give q' = (h + c q) / (n + c), the mean of a Beta
+    posterior whose prior, worth c trials, is centred on the node's raw q.
+    """
+
+    def __init__(self, config: ControlConfig) -> None:
+        self.config = config
+        # decayed hits and trials per cell, flat: cell = source * N_BINS + q bin
+        self._hits = np.zeros(max(len(SOURCE_NAMES), 8) * N_BINS)
+        self._trials = np.zeros_like(self._hits)
+        self._up = np.zeros_like(self._hits)
+        self._down = np.zeros_like(self._hits)
+        self._depth_hits = np.zeros(config.k_max + 2)
+        self._depth_trials = np.zeros(config.k_max + 2)
+        # per-trial forgetting inside a cell, and per-step forgetting of everything
+        self._keep_trial = 1.0 - 1.0 / config.calib_window
+        self._keep_step = 0.5 ** (1.0 / config.half_life)
+        self._window: deque[int] = deque(maxlen=config.window)
+        self._window_sum = 0
+        self.alpha_ema = 0.0
+        self._ema_rate = 2.0 / (config.window + 1.0)
+        self.steps = 0  # steps observed
+
+    def cells(
+        self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]
+    ) -> npt.NDArray[np.intp]:
+        """Flat calibration cell of each node."""
+        src = sources.astype(np.intp)
+        if len(src) and (int(src.max()) + 1) * N_BINS > len(self._hits):
+            grow = (int(src.max()) + 1) * N_BINS - len(self._hits)
+            self._hits = np.concatenate([self._hits, np.zeros(grow)])
+            self._trials = np.concatenate([self._trials, np.zeros(grow)])
+            self._up = np.concatenate([self._up, np.zeros(grow)])
+            self._down = np.concatenate([self._down, np.zeros(grow)])
+        return src * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
+
+    def calibrated(self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]) -> Floats:
+        """q' of each node: its source's recent record at its level of confidence."""
+        cells = self.cells(q, sources)
+        c = self.config.prior_trials
+        # Beta posterior mean, prior Beta(c q, c (1 - q))
+        return (self._hits[cells] + c * q) / (self._trials[cells] + c)
+
+    def record_step(self, accepted: int) -> None:
+        """One verify step accepted `accepted` drafted nodes (0 for plain decoding)."""
+        if len(self._window) == self._window.maxlen:
+            self._window_sum -= self._window[0]
+        self._window.append(accepted)
+        self._window_sum += accepted
+        self.alpha_ema += self._ema_rate * (accepted - self.alpha_ema)
+        self.steps += 1
+        # everything learned fades with time
+        self._hits *= self._keep_step
+        self._trials *= self._keep_step
+        self._depth_hits *= self._keep_step
+        self._depth_trials *= self._keep_step
+
+    def record_trials(
+        self,
+        q: npt.NDArray[np.float32],
+        sources: npt.NDArray[np.int8],
+        depth: npt.NDArray[np.int32],
+        hit: npt.NDArray[np.bool_],
+    ) -> None:
+        """One step's reached nodes (q, source, depth of each) and whether each was accepted."""
+        if len(q) == 0:
+            return
+        cells = self.cells(q, sources)
+        size = len(self._hits)
+        tried = np.bincount(cells, minlength=size)
+        won = np.bincount(cells, weights=hit, minlength=size)
+        idx = np.flatnonzero(tried)
+        eps = 1e-6
+        hits, trials = self._hits, self._trials
+        # a step touches few cells: plain floats are cheaper than numpy here
+        up, down = self._up, self._down
+        for i, k, w in zip(idx.tolist(), tried[idx].tolist(), won[idx].tolist(), strict=True):
+            h, t = float(hits[i]), float(trials[i])
+            # the cell's history alone (not the raw-q prior), half a hit of smoothing
+            est = min(max((h + 0.5) / (t + 1.0), eps), 1 - eps)
+            keep = self._keep_trial**k  # a cell tried k times keeps keep_trial**k of its past
+            # Change test, CUSUM both ways: the log-likelihood ratio of recent trials under a
+            # rate moved most of the way to 1 (a copy began) or to 0 (it ended) against the
+            # estimate, summed while it grows, floored at 0. Past CHANGE_NATS the text has
+            # changed regime, and most of the cell's history is dropped.
+            hi, lo = est + CHANGE_SHIFT * (1 - est), est * (1 - CHANGE_SHIFT)
+            miss = k - w
+            u = up[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
+            dn = down[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
+            if u > CHANGE_NATS or dn > CHANGE_NATS:
+                keep *= CHANGE_KEEP
+                u = dn = 0.0
+            up[i], down[i] = max(u, 0.0), max(dn, 0.0)
+            hits[i] = h * keep + w
+            trials[i] = t * keep + k
+        d = np.minimum(depth, len(self._depth_trials) - 1)
+        self._depth_trials += np.bincount(d, minlength=len(self._depth_trials))
+        self._depth_hits += np.bincount(d, weights=hit, minlength=len(self._depth_hits))
+
+    @property
+    def alpha(self) -> float:
+        """Accepted drafted tokens per step over the last `window` steps (plain steps count 0)."""
+        return self._window_sum / len(self._window) if self._window else 0.0
+
+    @property
+    def depth_rate(self) -> Floats:
+        """P(accepted | reached) by depth (index 0 unused, the last one also holds anything
+        deeper than k_max); NaN where nothing was tried lately."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(
+                self._depth_trials > 1e-9, self._depth_hits / self._depth_trials, np.nan
+            )
+
+    @property
+    def source_rate(self) -> dict[str, float]:
+        """P(accepted | reached) per source that has recent trials."""
+        hits = self._hits.reshape(-1, N_BINS).sum(axis=1)
+        trials = self._trials.reshape(-1, N_BINS).sum(axis=1)
+        out = {}
+        for s in np.flatnonzero(trials > 1e-9):
+            name = SOURCE_NAMES[s] if s < len(SOURCE_NAMES) else f"source{s}"
+            out[name] = float(hits[s] / trials[s])
+        return out
+
+
+def path_probs(
+    q: Floats, parents: npt.NDArray[np.int32], depth: npt.NDArray[np.int32] | None = None
+) -> Floats:
+    """P(i) = product of q along the path from the root to node i.
+
+    One pass: parents precede children, so P[parent] is final before node i reads it.
+    A chain (the common case; with `depth`, recognised as depth[-1] == len, since
+    depth[i] <= i + 1 with equality only along 0, 1, ..., i) is one cumulative product.
+    """
+    n = len(q)
+    if n == 0:
+        return q
+    if (depth[n - 1] == n) if depth is not None else bool(np.all(parents == np.arange(-1, n - 1))):
+        return np.asarray(np.cumprod(q), dtype=np.float64)
+    out = q.tolist()
+    for i, par in enumerate(parents.tolist()):
+        if par >= 0:
+            out[i] *= out[par]
+    return np.array(out)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One step's decision, as events and displays see it."""
+
+    n: int = 0  # draft nodes verified (0 = plain decoding)
+    depth: int = 0  # deepest of them
+    drafting: bool = False  # verified because it pays (with adaptive=False: because n > 0)
+    probing: bool = False  # a probe: verified to learn, not because it pays
+    expected_gain: float = 1.0  # expected tokens/s over plain decoding (NaN for fixed K)
+
+
+class Controller:
+    """Picks how many draft nodes to verify each step and learns from what was accepted.
+
+    Use: `n = choose(draft)`, verify `draft.prefix(n)`, then `observe(prefix, accepted,
+    seconds, bonus)`. When no prefix pays, it decodes plainly and waits for evidence that
+    drafting pays again: free shadow checks of the draft against the bonus token every
+    step, and, when those are not available, a small probe every `probe_every` steps.
+    """
+
+    def __init__(self, config: ControlConfig | None = None, cost: CostModel | None = None) -> None:
+        self.config = config or ControlConfig()
+        self.cost = cost or CostModel()
+        self.stats = AcceptanceStats(self.config)
+        self.last = Choice()  # the last decision
+        self._declined = 0  # declined steps since the last probe or draft that taught nothing
+        self._probe_size = self.config.probe_nodes
+        self._escalate = False  # the last probe was accepted in full: probe bigger next step
+        self._draft: Draft | None = None  # the whole draft given to the last choose()
+
+    # what to ask the drafter for (the engine's Policy protocol)
+    @property
+    def budget(self) -> int:
+        return self.config.budget
+
+    @property
+    def max_depth(self) -> int:
+        return self.config.k_max
+
+    @property
+    def branches(self) -> int:
+        return self.config.branches
+
+    # read-only views for events and displays
+    @property
+    def drafting(self) -> bool:
+        return self.last.drafting
+
+    @property
+    def expected_gain(self) -> float:
+        return self.last.expected_gain
+
+    @property
+    def last_n(self) -> int:
+        return self.last.n
+
+    @property
+    def last_depth(self) -> int:
+        return self.last.depth
+
+    @property
+    def alpha(self) -> float:
+        return self.stats.alpha
+
+    @property
+    def alpha_ema(self) -> float:
+        return self.stats.alpha_ema
+
+    @property
+    def depth_rate(self) -> Floats:
+        return self.stats.depth_rate
+
+    @property
+    def source_rate(self) -> dict[str, float]:
+        return self.stats.source_rate
+
+    def limit(self, draft: Draft) -> int:
+        """Longest prefix allowed: at most `budget` nodes, none deeper than `k_max`."""
+        n = min(len(draft), self.config.budget)
+        if n <= self.config.k_max:
+            return n  # depth[i] <= i + 1, so no node of the prefix is too deep
+        too_deep = np.flatnonzero(draft.depth[:n] > self.config.k_max)
+        return int(too_deep[0]) if len(too_deep) else n
+
+    def expected_tokens(self, draft: Draft, n: int | None = None) -> Floats:
+        """E[tokens of a step] verifying the first k nodes, for k = 0..n: 1 + sum of P'."""
+        n = len(draft) if n is None else min(n, len(draft))
+        q = self.stats.calibrated(draft.q[:n], draft.sources[:n])
+        out = np.empty(n + 1)
+        out[0] = 1.0
+        np.cumsum(path_probs(q, draft.parents[:n], draft.depth[:n]), out=out[1:])
+        out[1:] += 1.0
+        return out
+
+    def choose(self, draft: Draft) -> int:
+        """Number of leading draft nodes to verify this step (0 = plain decoding)."""
+        limit = self.limit(draft)
+        self._draft = draft
+        if not self.config.adaptive:
+            return self._record_choice(draft, limit, drafting=limit > 0, gain=math.nan)
+        if limit == 0:  # nothing to weigh: keep the drafting state as it was
+            return self._record_choice(draft, 0, drafting=self.drafting, gain=1.0)
+        expected = self.expected_tokens(draft, limit)
+        t = self.cost.table(limit + 1)[1 : limit + 2]
+        # gain[n]: expected tokens/s verifying n nodes, over plain decoding's 1 / t(1)
+        gain = expected / t * t[0]
+        best = int(np.argmax(gain[1:])) + 1
+        if gain[best] >= self.config.min_gain:
+            self._declined = 0
+            self._escalate = False
+            self._probe_size = self.config.probe_nodes
+            return self._record_choice(draft, best, drafting=True, gain=float(gain[best]))
+        every = self.config.probe_every
+        if self._escalate or (every > 0 and self._declined >= every):
+            n = min(self._probe_size, limit)
+            self._declined = 0
+            return self._record_choice(draft, n, drafting=False, gain=float(gain[n]), probe=True)
+        return self._record_choice(draft, 0, drafting=False, gain=1.0)
+
+    def _record_choice(
+        self, draft: Draft, n: int, *, drafting: bool, gain: float, probe: bool = False
+    ) -> int:
+        depth = int(draft.depth[:n].max()) if n else 0
+        self.last = Choice(n, depth, drafting, probe, gain)
+        return n
+
+    def observe(
+        self,
+        verified: Draft,
+        accepted: Sequence[int],
+        seconds: float,
+        bonus: int | None = None,
+    ) -> None:
+        """Learn from one step.
+
+        `verified`: the prefix that was verified (len n, maybe 0); `accepted`: the accepted
+        node indices, root to leaf; `seconds`: the verify time of the n + 1 tokens; `bonus`:
+        the token the model produced after the accepted path. With `bonus`, nodes of the
+        draft last passed to choose() that were not verified but hang right below the
+        accepted path are scored for free: they would have been accepted exactly when
+        their token equals the bonus token (the model's own choice there).
+        """
+        n = len(verified)
+        self.cost.observe(n + 1, seconds)
+        self.stats.record_step(len(accepted))
+        # on[j + 1]: node j accepted; on[0]: the root, always accepted
+        on = np.zeros(n + 1, dtype=bool)
+        on[0] = True
+        on[np.asarray(accepted, dtype=np.intp) + 1] = True
+        reached = np.flatnonzero(on[verified.parents.astype(np.intp) + 1])
+        hit = on[reached + 1]
+        src = verified
+        shadow = self._shadow(verified, accepted, bonus)
+        if shadow is not None and self._draft is not None:
+            # the whole draft starts with the verified prefix: score all its nodes in one go
+            src = self._draft
+            reached = np.concatenate([reached, shadow[0]])
+            hit = np.concatenate([hit, shadow[1]])
+        self.stats.record_trials(src.q[reached], src.sources[reached], src.depth[reached], hit)
+        if self.last.probing:
+            # a probe accepted down to its deepest node: confirm with a bigger one next step
+            full = n > 0 and len(accepted) == verified.max_depth
+            self._escalate = full
+            self._probe_size = (
+                min(2 * self._probe_size, self.config.budget) if full else self.config.probe_nodes
+            )
+        elif not self.drafting and shadow is None:
+            self._declined += 1  # a declined step that taught nothing: counts toward a probe
+
+    def _shadow(
+        self, verified: Draft, accepted: Sequence[int], bonus: int | None
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]] | None:
+        """Unverified children of the last accepted node, and which one matches `bonus`."""
+        draft = self._draft
+        n = len(verified)
+        if bonus is None or draft is None or len(draft) <= n:
+            return None
+        if n and not np.array_equal(draft.tokens[:n], verified.tokens):
+            return None  # observe() was not given a prefix of the last chosen draft
+        last = accepted[-1] if len(accepted) else -1
+        below = np.flatnonzero(draft.parents[n:] == last) + n
+        if len(below) == 0:
+            return None
+        return below, draft.tokens[below] == bonus
+
+
+@dataclass
+class SimResult:
+    """What a replay produced: totals and the n chosen at each step."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    chosen: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def simulate(
+    controller: Controller,
+    trace: Iterable[tuple[Draft, Sequence[int]]],
+    cost: Callable[[int], float],
+    *,
+    bonus: bool = True,
+) -> SimResult:
+    """Replay a trace with no model: each entry is a draft and the path of its nodes the
+    model would accept if all were verified (recordable from real runs by verifying whole
+    drafts). `cost(size)` gives the seconds of a batch; `bonus=False` hides the bonus
+    token from the controller, as an engine that does not pass it would.
+    """
+    result = SimResult()
+    for draft, path in trace:
+        n = controller.choose(draft)
+        # path indices increase (parents precede children): the accepted part is the
+        # part of the true path that was verified
+        m = 0
+        while m < len(path) and path[m] < n:
+            m += 1
+        # the model's next token: the true path's next node, or a token no node has
+        token = int(draft.tokens[path[m]]) if m < len(path) else -1
+        seconds = cost(n + 1)
+        controller.observe(draft.prefix(n), list(path[:m]), seconds, token if bonus else None)
+        result.tokens += m + 1
+        result.seconds += seconds
+        result.chosen.append(n)
+    return result

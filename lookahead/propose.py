@@ -1,0 +1,127 @@
+"""Merge the candidates of every draft source into one draft tree within a node budget.
+
+Candidates are paths below the root (the last accepted token). They are first merged into
+a trie, where identical token paths become one node: a node keeps the highest q any
+candidate gave it, with that candidate's source tag. Max, not noisy-or: the sources read
+the same stream, so two of them agreeing is mostly the same evidence seen twice, and
+noisy-or would push q towards 1 for nothing.
+
+The tree is then chosen best-first by path probability p (product of q from the root):
+
+    heap <- the root's children
+    pop the best p; skip it if its parent already has `branches` children; else append it
+    and push its children          (stop at `budget` nodes)
+
+q <= 1, so a child never beats its parent: nodes come out by non-increasing p, parents
+before children, and every prefix of the node list is a valid tree (the controller truncates
+drafts that way). With no branching limit each prefix is the tree of its size with the
+largest sum of p, the expected number of accepted tokens when the q are right.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from lookahead.draft import Candidate, Draft
+from lookahead.index.base import DraftSource
+from lookahead.index.walk import int_list
+from lookahead.tokens import TokenArray
+
+
+def build_tree(
+    candidates: Sequence[Candidate], budget: int, max_depth: int, branches: int
+) -> Draft:
+    """One draft tree from all candidates: <= budget nodes, depth <= max_depth, at most
+    `branches` children per node (1 gives a chain), nodes best-first by p."""
+    if budget <= 0 or max_depth <= 0 or branches <= 0:
+        return Draft.empty()
+    # Trie over the candidates: node 0 is the root; children[i] maps token -> trie node.
+    children: list[dict[int, int]] = [{}]
+    trie_q: list[float] = [1.0]
+    trie_src: list[int] = [-1]
+    for cand in candidates:
+        node = 0
+        for tok, q in zip(
+            cand.tokens[:max_depth].tolist(), cand.q[:max_depth].tolist(), strict=True
+        ):
+            child = children[node].get(tok)
+            q = min(q, 1.0)  # a q above 1 would let a child outrank its parent
+            if child is None:
+                child = len(trie_q)
+                children[node][tok] = child
+                children.append({})
+                trie_q.append(q)
+                trie_src.append(cand.source)
+            elif q > trie_q[child]:
+                trie_q[child] = q
+                trie_src[child] = cand.source
+            node = child
+
+    tokens: list[int] = []
+    parents: list[int] = []
+    sources: list[int] = []
+    qs: list[float] = []
+    ps: list[float] = []
+    n_children: list[int] = []  # children taken so far, per output node
+    # Heap entries: (-p, trie node, output index of the parent, token). The trie node
+    # numbers candidates in order, so ties go to the earlier candidate (source order).
+    heap: list[tuple[float, int, int, int]] = []
+    for tok, child in children[0].items():
+        heapq.heappush(heap, (-trie_q[child], child, -1, tok))
+    root_children = 0
+    while heap and len(tokens) < budget:
+        neg_p, node, parent, tok = heapq.heappop(heap)
+        if parent < 0:
+            if root_children >= branches:
+                continue
+            root_children += 1
+        else:
+            if n_children[parent] >= branches:
+                continue
+            n_children[parent] += 1
+        index = len(tokens)
+        tokens.append(tok)
+        parents.append(parent)
+        sources.append(trie_src[node])
+        qs.append(trie_q[node])
+        ps.append(-neg_p)
+        n_children.append(0)
+        for t, child in children[node].items():
+            heapq.heappush(heap, (neg_p * trie_q[child], child, index, t))
+    return Draft(
+        np.array(tokens, dtype=np.int32),
+        np.array(parents, dtype=np.int32),
+        np.array(sources, dtype=np.int8),
+        np.array(qs, dtype=np.float32),
+        np.array(ps, dtype=np.float32),
+    )
+
+
+class Proposer:
+    """The draft sources of one stream: observe fans out, propose merges into one tree."""
+
+    def __init__(self, sources: Sequence[DraftSource], candidates: int = 4) -> None:
+        """sources: the indexes to draft from, in tie-break order; candidates: continuations
+        asked of each source when the tree may branch (one when it may not)."""
+        self.sources = list(sources)
+        self.candidates = candidates
+
+    def observe(self, tokens: Iterable[int] | TokenArray) -> None:
+        """Append `tokens` (prompt or accepted output) to every source."""
+        toks = int_list(tokens)
+        for source in self.sources:
+            source.observe(toks)
+
+    def propose(self, budget: int, max_depth: int, branches: int) -> Draft:
+        """The best tree of at most `budget` nodes the sources can offer (may be empty)."""
+        depth = min(max_depth, budget)
+        if depth <= 0:
+            return Draft.empty()
+        per_source = 1 if branches <= 1 else self.candidates
+        candidates: list[Candidate] = []
+        for source in self.sources:
+            candidates.extend(source.propose(depth, per_source))
+        return build_tree(candidates, budget, max_depth, branches)

@@ -1,0 +1,396 @@
+"""The adaptive-K controller on synthetic traces: no model, seeded, fast.
+
+A trace step is a chain draft whose nodes carry a raw estimate q, and the true path the
+model would accept: each node in turn with probability p_true. Costs come from a curve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import pytest
+
+from lookahead.control import (
+    DEFAULT_SHAPE,
+    AcceptanceStats,
+    ControlConfig,
+    Controller,
+    CostModel,
+    path_probs,
+    simulate,
+)
+from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
+from lookahead.engine import Policy
+
+T1 = 0.02  # seconds of a one-token decode in these traces
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def flat(size: int) -> float:
+    """The measured default-model curve: long batches keep getting cheaper per token."""
+    ks = sorted(DEFAULT_SHAPE)
+    return T1 * float(np.interp(size, ks, [DEFAULT_SHAPE[k] for k in ks]))
+
+
+def knee(size: int) -> float:
+    """Cheap up to 9 tokens (8 drafted), then every token costs a whole step."""
+    return T1 * (1 + 0.15 * (size - 1) if size <= 9 else 2.2 + 1.0 * (size - 9))
+
+
+def chains(
+    seed: int, p_true: Sequence[float], length: int = 64, q: float = 0.8
+) -> Iterator[tuple[Draft, list[int]]]:
+    rng = np.random.default_rng(seed)
+    draft = Draft.chain(list(range(1, length + 1)), SOURCE_NGRAM, q)
+    for p in p_true:
+        m = 0
+        while m < length and rng.random() < p:
+            m += 1
+        yield draft, list(range(m))
+
+
+def controller(curve: Callable[[int], float] = flat, **config: object) -> Controller:
+    calibration = {s: curve(s) for s in SIZES}
+    return Controller(ControlConfig(**config), CostModel(calibration))  # type: ignore[arg-type]
+
+
+def best_fixed(p: float, curve: Callable[[int], float], length: int = 64) -> float:
+    """Tokens/s of the best fixed n on a chain with true acceptance p: an upper bound."""
+    rates = [(1 - p ** (n + 1)) / (1 - p) / curve(n + 1) for n in range(length + 1)]
+    return max(rates)
+
+
+def replay(
+    ctl: Controller, trace: Iterator[tuple[Draft, list[int]]], curve=flat, bonus: bool = True
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Like `simulate`, also recording the drafting flag: (chosen n, drafting, tokens/s)."""
+    chosen, drafting = [], []
+    tokens, seconds = 0, 0.0
+    for draft, path in trace:
+        n = ctl.choose(draft)
+        m = sum(1 for i in path if i < n)
+        token = int(draft.tokens[path[m]]) if m < len(path) else -1
+        ctl.observe(draft.prefix(n), path[:m], curve(n + 1), token if bonus else None)
+        chosen.append(n)
+        drafting.append(ctl.drafting)
+        tokens += m + 1
+        seconds += curve(n + 1)
+    return np.array(chosen), np.array(drafting), tokens / seconds
+
+
+# --- cost model -----------------------------------------------------------------------
+
+
+def test_cost_without_calibration_is_the_prior_scaled_to_t1() -> None:
+    cost = CostModel()
+    assert cost.seconds(8) / cost.seconds(1) == pytest.approx(4.0)
+    cost.observe(1, 0.03)
+    for size, rel in DEFAULT_SHAPE.items():
+        assert cost.seconds(size) == pytest.approx(0.03 * rel)
+    assert cost.seconds(3) == pytest.approx(0.03 * 2.1)  # halfway between t(2) and t(4)
+
+
+def test_cost_interpolates_between_measured_sizes() -> None:
+    # measured exactly on the prior shape: piecewise linear between the points
+    cost = CostModel({1: 0.01, 2: 0.018, 4: 0.024, 8: 0.04})
+    assert cost.seconds(3) == pytest.approx(0.021)
+    assert cost.seconds(6) == pytest.approx(0.032)
+    # off the shape: the ratio to the prior is linear between measured sizes, constant past
+    cost = CostModel({1: 0.01, 8: 0.08})
+    assert cost.seconds(8) == pytest.approx(0.08)
+    assert cost.seconds(4) == pytest.approx(0.01 * 2.4 * (1 + 3 / 7))
+    assert cost.seconds(16) == pytest.approx(0.01 * 6.0 * 2)
+
+
+def test_cost_is_monotone_and_extends_past_calibration() -> None:
+    cost = CostModel({1: 0.01, 2: 0.03, 4: 0.02, 8: 0.05})
+    table = cost.table(300)
+    assert table[0] == 0.0
+    assert np.all(np.diff(table) >= 0)
+    assert cost.seconds(4) >= cost.seconds(2) == pytest.approx(0.03)
+    shaped = CostModel({s: 0.01 * DEFAULT_SHAPE[s] for s in SIZES})
+    assert shaped.seconds(128) == pytest.approx(0.01 * 39.6)
+    assert shaped.seconds(200) > shaped.seconds(128)
+
+
+def test_cost_learns_robustly() -> None:
+    cost = CostModel({1: 0.01, 8: 0.04})
+    cost.observe(1, 1.0)  # a stall: moves the estimate, but at most halfway to 2x
+    assert cost.seconds(1) <= 0.01 * 1.2 + 1e-12
+    for bad in (float("nan"), -1.0, 0.0, float("inf")):
+        cost.observe(1, bad)
+    before = cost.seconds(1)
+    assert cost.measured[1] == before
+    for _ in range(80):  # the machine got slower for good: followed
+        cost.observe(1, 0.02)
+    assert cost.seconds(1) == pytest.approx(0.02, rel=0.02)
+    cost.observe(12, 0.05)  # a new size is taken as measured
+    assert cost.seconds(12) == pytest.approx(0.05)
+    assert cost.seconds(10) < 0.05 < cost.seconds(14)
+    with pytest.raises(ValueError):
+        cost.observe(0, 0.01)
+
+
+# --- path probabilities and calibration -------------------------------------------------
+
+
+def random_tree(rng: np.random.Generator, n: int) -> Draft:
+    parents = np.array([rng.integers(-1, i) for i in range(n)], dtype=np.int32)
+    q = rng.uniform(0.05, 1.0, n).astype(np.float32)
+    return Draft(
+        np.arange(n, dtype=np.int32), parents, rng.integers(0, 3, n).astype(np.int8), q, q.copy()
+    )
+
+
+def test_path_probs_match_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 17, 64):
+        tree = random_tree(rng, n)
+        q = tree.q.astype(np.float64)
+        want = [np.prod(q[tree.path_to(i)]) for i in range(n)]
+        np.testing.assert_allclose(path_probs(q, tree.parents), want, rtol=1e-12)
+        np.testing.assert_allclose(path_probs(q, tree.parents, tree.depth), want, rtol=1e-12)
+    chain = Draft.chain([3, 4, 5, 6], q=0.5)
+    probs = path_probs(chain.q.astype(np.float64), chain.parents, chain.depth)
+    np.testing.assert_allclose(probs, [0.5, 0.25, 0.125, 0.0625])
+
+
+def test_expected_tokens_sum_path_probabilities() -> None:
+    ctl = Controller()
+    tree = random_tree(np.random.default_rng(1), 20)
+    q = tree.q.astype(np.float64)
+    want = 1 + np.concatenate([[0.0], np.cumsum([np.prod(q[tree.path_to(i)]) for i in range(20)])])
+    np.testing.assert_allclose(ctl.expected_tokens(tree), want, rtol=1e-6)
+
+
+def trial(stats: AcceptanceStats, q: float, source: int, hit: bool) -> None:
+    stats.record_step(int(hit))
+    stats.record_trials(
+        np.array([q], np.float32), np.array([source], np.int8), np.array([1]), np.array([hit])
+    )
+
+
+def calibrated(stats: AcceptanceStats, q: float, source: int) -> float:
+    return float(stats.calibrated(np.array([q], np.float32), np.array([source], np.int8))[0])
+
+
+def test_calibration_starts_at_raw_q_and_learns_per_source() -> None:
+    stats = AcceptanceStats(ControlConfig())
+    qs = np.array([0.05, 0.5, 0.9, 0.99], np.float32)
+    np.testing.assert_allclose(stats.calibrated(qs, np.zeros(4, np.int8)), qs, rtol=1e-6)
+    for _ in range(40):
+        trial(stats, 0.9, SOURCE_NGRAM, False)
+    assert calibrated(stats, 0.9, SOURCE_NGRAM) < 0.1
+    assert calibrated(stats, 0.9, SOURCE_SUFFIX) == pytest.approx(0.9)  # other source
+    assert calibrated(stats, 0.5, SOURCE_NGRAM) == pytest.approx(0.5)  # other q bin
+    assert stats.source_rate == {"ngram": 0.0}
+    # unused evidence fades: the source's own q is trusted again after a while
+    for _ in range(200):
+        stats.record_step(0)
+    assert calibrated(stats, 0.9, SOURCE_NGRAM) > 0.8
+
+
+def test_calibration_tracks_the_true_rate() -> None:
+    rng = np.random.default_rng(2)
+    stats = AcceptanceStats(ControlConfig())
+    estimates = []
+    for step in range(400):
+        trial(stats, 0.95, SOURCE_SUFFIX, bool(rng.random() < 0.6))
+        if step >= 200:
+            estimates.append(calibrated(stats, 0.95, SOURCE_SUFFIX))
+    assert np.mean(estimates) == pytest.approx(0.6, abs=0.06)
+
+
+def test_calibration_reacts_to_a_change_of_regime() -> None:
+    stats = AcceptanceStats(ControlConfig())
+    for _ in range(60):
+        trial(stats, 0.8, SOURCE_NGRAM, False)
+    trial(stats, 0.8, SOURCE_NGRAM, True)
+    trial(stats, 0.8, SOURCE_NGRAM, True)  # two hits in a row on a cell near 0: a copy began
+    assert calibrated(stats, 0.8, SOURCE_NGRAM) > 0.6
+    for _ in range(60):
+        trial(stats, 0.8, SOURCE_NGRAM, True)
+    trial(stats, 0.8, SOURCE_NGRAM, False)
+    trial(stats, 0.8, SOURCE_NGRAM, False)  # and ended: one miss at ~0.97 is enough
+    assert calibrated(stats, 0.8, SOURCE_NGRAM) < 0.6
+
+
+# --- the controller ---------------------------------------------------------------------
+
+
+def test_fixed_k_verifies_what_was_drafted() -> None:
+    ctl = controller(adaptive=False, budget=8)
+    long, short = Draft.chain(list(range(20)), q=0.01), Draft.chain([1, 2, 3], q=0.01)
+    for _ in range(30):  # however badly it goes
+        assert ctl.choose(long) == 8
+        ctl.observe(long.prefix(8), [], 0.05)
+    assert ctl.choose(short) == 3
+    assert ctl.choose(Draft.empty()) == 0
+    assert ctl.drafting is False and ctl.last_n == 0
+
+
+def test_depth_limit_cuts_the_prefix() -> None:
+    ctl = controller(k_max=3, min_gain=1.0)
+    assert ctl.choose(Draft.chain(list(range(10)), q=1.0)) == 3
+    assert ctl.last_depth == 3
+    # node 3 is at depth 4: the prefix stops before it, even though node 4 is shallow
+    tree = Draft(
+        np.arange(5, dtype=np.int32),
+        np.array([-1, 0, 1, 2, -1], np.int32),
+        np.zeros(5, np.int8),
+        np.ones(5, np.float32),
+        np.ones(5, np.float32),
+    )
+    assert ctl.limit(tree) == 3
+
+
+def test_min_gain_is_a_margin_over_plain_decoding() -> None:
+    one = Draft.chain([7], q=0.86)  # expected (1 + 0.86) / t(2) = 1.033 of plain decoding
+    tight, loose = controller(min_gain=1.05), controller(min_gain=1.02)
+    assert tight.choose(one) == 0 and not tight.drafting
+    assert loose.choose(one) == 1 and loose.drafting
+    assert loose.expected_gain == pytest.approx(1.86 / 1.8, rel=1e-5)
+
+
+def test_turns_drafting_off_when_acceptance_is_tiny() -> None:
+    chosen, drafting, speed = replay(controller(), chains(3, [0.02] * 300))
+    assert not drafting[20:].any()
+    assert not chosen[20:].any()  # the bonus token shows the drafts are wrong: no probes
+    assert speed >= 0.97 / flat(1)
+
+
+def test_without_bonus_it_probes_now_and_then() -> None:
+    ctl = controller()
+    chosen, drafting, speed = replay(ctl, chains(4, [0.02] * 300), bonus=False)
+    late = chosen[40:]
+    assert not drafting[40:].any()
+    assert 0 < np.count_nonzero(late) <= len(late) / ctl.config.probe_every + 2
+    assert late.max() <= ctl.config.probe_nodes
+    assert speed >= 0.85 / flat(1)
+
+
+def test_probes_double_while_they_succeed() -> None:
+    # calibration made too stiff to move: only the probes themselves can find the copy
+    ctl = controller(prior_trials=1000.0, probe_every=5, probe_nodes=2)
+    chosen, drafting, _ = replay(ctl, chains(8, [0.0] * 20 + [1.0] * 20, q=0.3), bonus=False)
+    assert not drafting.any()
+    first = 20 + int(np.argmax(chosen[20:] > 0))
+    assert first < 26
+    assert chosen[first : first + 5].tolist() == [2, 4, 8, 16, 32]
+
+
+@pytest.mark.parametrize("p", [0.8, 0.95, 0.99])
+def test_near_the_best_fixed_k(p: float) -> None:
+    _, _, speed = replay(controller(), chains(5, [p] * 300))
+    assert speed >= 0.9 * best_fixed(p, flat)
+
+
+def test_grows_long_drafts_on_high_acceptance() -> None:
+    high = controller()
+    chosen_high, drafting, _ = replay(high, chains(6, [0.99] * 200))
+    chosen_mid, _, _ = replay(controller(), chains(6, [0.8] * 200))
+    assert drafting[10:].all()
+    assert np.median(chosen_high[50:]) >= 16
+    assert chosen_high[50:].max() >= 28
+    assert np.median(chosen_mid[50:]) <= 8
+    assert high.alpha > 10 and high.alpha_ema > 10
+    assert high.depth_rate[1] > 0.9
+
+
+def test_respects_a_cost_knee() -> None:
+    chosen, _, speed = replay(controller(knee), chains(7, [0.995] * 200), knee)
+    assert chosen[50:].max() <= 8, "past the knee: one extra token costs a whole step"
+    assert np.median(chosen[50:]) >= 6
+    assert speed >= 0.9 * best_fixed(0.995, knee)
+    # not calibrated at load: it learns the cost of the sizes it tries, and stays under the
+    # knee, but the sizes it never tries stay at the prior's guess (here too expensive)
+    ctl = Controller(ControlConfig(), CostModel())
+    chosen, _, speed = replay(ctl, chains(7, [0.995] * 200), knee)
+    assert chosen[50:].max() <= 8
+    assert speed >= 0.6 * best_fixed(0.995, knee)
+    # the same acceptance on the flat curve drafts far longer
+    chosen, _, _ = replay(controller(flat), chains(7, [0.995] * 200))
+    assert np.median(chosen[50:]) >= 24
+
+
+@pytest.mark.parametrize("bonus", [True, False])
+def test_follows_text_from_prose_to_copy_and_back(bonus: bool) -> None:
+    phases = [0.02] * 80 + [0.97] * 60 + [0.02] * 40
+    for seed in range(8):
+        ctl = controller()
+        chosen, drafting, _ = replay(ctl, chains(seed, phases), bonus=bonus)
+        assert not drafting[60:80].any()
+        started = 80 + int(np.argmax(drafting[80:]))
+        # with the bonus token: a few steps; without: one probe period plus the ramp
+        assert started - 80 <= (8 if bonus else ctl.config.probe_every + 6 + 8)
+        assert drafting[started + 5 : 140].mean() > 0.9
+        assert np.median(chosen[started + 10 : 140]) >= 8
+        stopped = 140 + int(np.argmin(drafting[140:]))
+        assert stopped - 140 <= 4
+        assert not drafting[stopped + 2 :].any()
+
+
+def test_trees_use_calibration_per_source() -> None:
+    # two branches with the same raw q: suffix (always right) and ngram (always wrong)
+    ctl = controller()
+    tree = Draft(
+        np.array([1, 2, 3, 9, 8, 7], np.int32),
+        np.array([-1, 0, 1, -1, 3, 4], np.int32),
+        np.array([1, 1, 1, 0, 0, 0], np.int8),
+        np.full(6, 0.7, np.float32),
+        np.full(6, 0.5, np.float32),
+    )
+    chosen = []
+    for _ in range(30):
+        n = ctl.choose(tree)
+        ctl.observe(tree.prefix(n), [i for i in (0, 1, 2) if i < n], flat(n + 1), bonus=-1)
+        chosen.append(n)
+    assert chosen[0] > 3  # both branches look alike at first
+    assert chosen[5:] == [3] * 25  # then only the suffix branch is worth verifying
+    q = ctl.stats.calibrated(tree.q, tree.sources)
+    assert q[:3].min() > 0.9 and q[3:].max() < 0.7
+    assert ctl.source_rate["suffix"] > 0.9 and ctl.source_rate["ngram"] < 0.1
+
+
+def test_observe_bookkeeping_and_shadow_evidence() -> None:
+    ctl = controller(window=4)
+    draft = Draft.chain([5, 6, 7, 8], q=0.9)
+    ctl.choose(draft)
+    ctl.observe(draft.prefix(0), [], 0.02, bonus=5)  # plain step: node 0 would have passed
+    ctl.choose(draft)
+    ctl.observe(draft.prefix(0), [], 0.02, bonus=4)  # ... and then would not have
+    assert ctl.stats.depth_rate[1] == pytest.approx(0.5, abs=0.02)
+    for m in (1, 2, 3, 4, 4):
+        ctl.choose(draft)
+        ctl.observe(draft.prefix(4), list(range(m)), 0.06)
+    assert ctl.alpha == pytest.approx((2 + 3 + 4 + 4) / 4)
+    assert 0 < ctl.alpha_ema < 4
+    assert ctl.choose(Draft.empty()) == 0
+
+
+def test_simulate_is_deterministic() -> None:
+    phases = [0.5] * 50 + [0.95] * 50
+    a = simulate(controller(), chains(9, phases), flat)
+    b = simulate(controller(), chains(9, phases), flat)
+    assert a.chosen == b.chosen and a.tokens == b.tokens
+    assert a.tokens_per_second == pytest.approx(a.tokens / a.seconds)
+    assert a.tokens >= len(phases)
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        ControlConfig(k_max=0)
+    with pytest.raises(ValueError):
+        ControlConfig(min_gain=0)
+    with pytest.raises(ValueError):
+        ControlConfig(probe_every=-1)
+
+
+def test_controller_is_an_engine_policy() -> None:
+    ctl = Controller(ControlConfig(budget=32, k_max=16, branches=2))
+    policy: Policy = ctl  # checked by mypy
+    assert (policy.budget, policy.max_depth, policy.branches) == (32, 16, 2)
+    draft = Draft.chain([1, 2, 3], q=0.99)
+    policy.observe(draft.prefix(policy.choose(draft)), [], 0.02)
+    assert policy.alpha == 0.0

@@ -1,0 +1,162 @@
+"""NgramIndex against a brute-force scan of the whole stream."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead.draft import SOURCE_NGRAM
+from lookahead.index.ngram import NgramIndex
+
+ORDER = 3
+
+
+def ref_followers(stream: list[int], ctx: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(token, count, last position) after every occurrence of ctx, by count then recency."""
+    k = len(ctx)
+    stats: dict[int, list[int]] = {}
+    for i in range(k, len(stream)):
+        if tuple(stream[i - k : i]) == ctx:
+            s = stats.setdefault(stream[i], [0, -1])
+            s[0] += 1
+            s[1] = i
+    return sorted(
+        ((t, c, last) for t, (c, last) in stats.items()), key=lambda x: (x[1], x[2]), reverse=True
+    )
+
+
+def ref_next_tokens(
+    stream: list[int], context: list[int], order: int, backoff: float
+) -> list[tuple[int, float]]:
+    """Witten-Bell backoff from the highest order, as the module docstring states it."""
+    out: list[tuple[int, float]] = []
+    w = 1.0
+    ctx = context[-order:]
+    for k in range(len(ctx), 0, -1):
+        fol = ref_followers(stream, tuple(ctx[len(ctx) - k :]))
+        if not fol:
+            w *= backoff
+            continue
+        n = sum(c for _, c, _ in fol)
+        d = len(fol)
+        for t, c, _ in fol:
+            if t not in [x for x, _ in out]:
+                out.append((t, w * c / (n + d)))
+        w *= d / (n + d)
+    return out
+
+
+def observed(stream: list[int], cuts: list[int], order: int = ORDER) -> NgramIndex:
+    index = NgramIndex(max_order=order)
+    prev = 0
+    for cut in sorted(c % (len(stream) + 1) for c in cuts) + [len(stream)]:
+        index.observe(stream[prev:cut])
+        prev = max(prev, cut)
+    return index
+
+
+def same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    assert [t for t, _ in got] == [t for t, _ in want]
+    for (_, a), (_, b) in zip(got, want, strict=True):
+        assert math.isclose(a, b, rel_tol=1e-9)
+
+
+streams = st.lists(st.integers(0, 3), max_size=60)
+chunk_cuts = st.lists(st.integers(0, 60), max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(stream=streams, cuts=chunk_cuts, extra=st.lists(st.integers(0, 4), max_size=4))
+def test_matches_brute_force(stream: list[int], cuts: list[int], extra: list[int]) -> None:
+    index = observed(stream, cuts)
+    assert len(index) == len(stream)
+    # Every context of every order, including ones never seen (token 4 never occurs).
+    contexts = {
+        tuple(stream[i - k : i]) for k in range(1, ORDER + 1) for i in range(k, len(stream) + 1)
+    }
+    contexts |= {tuple(extra[:k]) for k in range(1, len(extra) + 1) if k <= ORDER}
+    for ctx in contexts:
+        assert index.followers(ctx) == ref_followers(stream, ctx)
+    context = stream + extra
+    same_ranking(index.next_tokens(context), ref_next_tokens(stream, context, ORDER, index.backoff))
+    same_ranking(
+        index.next_tokens(context, limit=2),
+        ref_next_tokens(stream, context, ORDER, index.backoff)[:2],
+    )
+
+
+def test_thousands_of_appends_in_random_chunks() -> None:
+    rng = random.Random(7)
+    phrase = [rng.randrange(6) for _ in range(40)]
+    stream: list[int] = []
+    while len(stream) < 4000:  # repeat-heavy: copies of a phrase with noise
+        stream += (
+            phrase[rng.randrange(20) :]
+            if rng.random() < 0.5
+            else [rng.randrange(6) for _ in range(7)]
+        )
+    index = NgramIndex(max_order=4)
+    done = 0
+    while done < len(stream):
+        step = rng.randrange(1, 300)
+        index.observe(np.array(stream[done : done + step], dtype=np.int32))
+        done = min(len(stream), done + step)
+        seen = stream[:done]
+        for k in range(1, 5):
+            ctx = tuple(seen[-k:])
+            assert index.followers(ctx) == ref_followers(seen, ctx)
+        same_ranking(index.next_tokens(seen), ref_next_tokens(seen, seen, 4, index.backoff))
+
+
+def test_estimate_by_hand() -> None:
+    index = NgramIndex(max_order=2)
+    index.observe([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2])
+    # Context (1, 2): followed by 3 twice and 4 once -> n = 3, d = 2.
+    assert index.followers([1, 2]) == [(3, 2, 5), (4, 1, 8)]
+    (t0, q0), (t1, q1) = index.next_tokens([1, 2])
+    assert (t0, t1) == (3, 4)
+    assert math.isclose(q0, 2 / 5) and math.isclose(q1, 1 / 5)
+    # Unseen (9, 1) backs off to (1,): always followed by 2, 4 times -> 0.5 * 4 / 5.
+    assert index.next_tokens([9, 1]) == [(2, 0.5 * 4 / 5)]
+    assert index.next_tokens([9]) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(stream=streams, depth=st.integers(1, 8), n_cand=st.integers(1, 4))
+def test_propose_is_greedy_then_alternatives(stream: list[int], depth: int, n_cand: int) -> None:
+    index = NgramIndex(max_order=ORDER, min_p=0.01)
+    index.observe(stream)
+    cands = index.propose(depth, n_cand)
+    assert len(cands) <= n_cand
+    paths = [tuple(c.tokens.tolist()) for c in cands]
+    for c, path in zip(cands, paths, strict=True):
+        assert c.source == SOURCE_NGRAM
+        assert 1 <= len(path) <= depth
+        assert np.all(c.q > 0) and np.all(c.q <= 1)
+        assert np.prod(c.q.astype(np.float64)) >= index.min_p * (1 - 1e-6)
+        for other in paths:  # distinct, and no path is a prefix of another
+            assert other == path or other[: len(path)] != path
+    # The first candidate is the greedy chain of next_tokens, followed to its end.
+    greedy: list[int] = []
+    p = 1.0
+    while len(greedy) < depth:
+        opts = index.next_tokens(stream + greedy, limit=1)
+        if not opts or p * opts[0][1] < index.min_p:
+            break
+        greedy.append(opts[0][0])
+        p *= opts[0][1]
+    assert (paths[0] if paths else ()) == tuple(greedy)
+    # Every token of every path is one of next_tokens' options, with its q.
+    for c in cands:
+        toks = c.tokens.tolist()
+        for j, tok in enumerate(toks):
+            q_of = dict(index.next_tokens(stream + toks[:j]))
+            assert math.isclose(q_of[tok], float(c.q[j]), rel_tol=1e-6)
+    # A second option at the root worth drafting gives a second candidate.
+    first = index.next_tokens(stream, limit=2)
+    if n_cand > 1 and len(first) == 2 and first[1][1] >= index.min_p:
+        assert len(cands) >= 2
