@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 
 from cli.models_cmd import _RichProgress
-from lookahead.api import DraftConfig, load
+from lookahead.api import load
+from lookahead.drafting import DraftConfig
 from lookahead.backend.llama import BackendConfig
 from lookahead.engine import Done, Result, Step
 from lookahead.sampling import SamplingConfig

@@ -7,48 +7,78 @@
 
 from __future__ import annotations
 
+import json
+import platform
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from lookahead import models
 from lookahead.backend.llama import BackendConfig, LlamaBackend
-from lookahead.engine import Done, Event, GenerationConfig, Policy, Result, generate
+from lookahead.control import CostModel
+from lookahead.drafting import DraftConfig, DraftState
+from lookahead.engine import Done, Event, GenerationConfig, Result, generate
 from lookahead.sampling import SamplingConfig
 
+__all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 
-@dataclass(frozen=True)
-class DraftConfig:
-    """How to guess: which indexes, how big a tree, fixed or adaptive."""
-
-    enabled: bool = True  # False = plain decoding (the baseline)
-    k: int = 8  # most draft tokens per branch (tree depth) when not adaptive
-    budget: int = 16  # most tree nodes verified per step
-    branches: int = 1  # most children per node (1 = a single chain)
-    ngram_order: int = 4  # longest context of the n-gram table
-    corpora: tuple[Path, ...] = ()  # static corpus folders (besides the stream itself)
-
-    def __post_init__(self) -> None:
-        for name in ("k", "budget", "branches", "ngram_order"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True)
-class LoadConfig:
-    """How to load a model (resolved once, at the edge: CLI, server, bench)."""
-
-    model: str = models.DEFAULT_MODEL  # a known name or a path to a .gguf file
-    cache_dir: Path | None = None  # where named models are assembled (None = user cache)
-    backend: BackendConfig = field(default_factory=BackendConfig)
+# Text for the exactness self-test: ordinary code, long enough for 64-token batches.
+_SELFTEST_TEXT = (
+    "def mean(values):\n    total = 0.0\n    for v in values:\n        total += v\n"
+    "    return total / len(values)\n\n\nclass Point:\n    def __init__(self, x, y):\n"
+    "        self.x = x\n        self.y = y\n\n    def norm(self):\n"
+    "        return (self.x ** 2 + self.y ** 2) ** 0.5\n"
+)
 
 
 class Model:
     """A loaded model with one context; generations run one at a time."""
 
-    def __init__(self, backend: LlamaBackend, name: str) -> None:
+    def __init__(self, backend: LlamaBackend, name: str, cache_dir: Path) -> None:
         self.backend = backend
         self.name = name
+        self.cache_dir = cache_dir
+        self.drafting = DraftState(
+            tokenize=lambda text: backend.tokenize(text, add_special=False),
+            tokenizer_id=backend.fingerprint(),
+            corpus_cache=cache_dir / "corpora",
+        )
+        self._cost_ready = False
+        self._exact_limit: int | None = None
+
+    def exact_limit(self) -> int:
+        """Largest verify batch whose logits are bit-identical to one-token decoding here."""
+        if self._exact_limit is None:
+            self._exact_limit = self.backend.exact_batch_limit(self.backend.tokenize(_SELFTEST_TEXT))
+        return self._exact_limit
+
+    def calibrate(self) -> dict[int, float]:
+        """Measure (or load from the cache) the verify cost t(n) on this machine."""
+        path = self.cache_dir / "costs.json"
+        b = self.backend
+        key = f"{b.path.name}:{b.path.stat().st_size}:{b.n_threads}:{platform.machine()}:{platform.processor()}"
+        try:
+            table = json.loads(path.read_text())[key]
+            costs = {int(n): float(t) for n, t in table.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            costs = b.measure_cost((1, 2, 4, 8, 16, 32, 64), repeats=1)
+            try:
+                data = json.loads(path.read_text()) if path.exists() else {}
+                if not isinstance(data, dict):
+                    data = {}
+            except (OSError, ValueError):
+                data = {}
+            data[key] = costs
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(data))
+                tmp.replace(path)
+            except OSError:
+                pass  # a read-only cache only costs the measurement next time
+        self.drafting.cost = CostModel(costs)
+        self.drafting.controllers.clear()
+        self._cost_ready = True
+        return costs
 
     def prompt_tokens(self, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:
         """Tokens for a raw prompt, or for chat messages (a str with chat=True is one user turn)."""
@@ -71,7 +101,12 @@ class Model:
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
         tokens = self.prompt_tokens(prompt, chat)
-        drafter, policy = self._drafting(draft)
+        if not draft.enabled:
+            return generate(self.backend, tokens, config)
+        if draft.adaptive and not self._cost_ready:
+            self.calibrate()
+        drafter = self.drafting.drafter(draft)
+        policy = self.drafting.policy(draft, self.exact_limit() if draft.exact else None)
         return generate(self.backend, tokens, config, drafter, policy)
 
     def generate(self, prompt: str | Sequence[dict[str, str]], **kwargs: object) -> Result:
@@ -80,13 +115,6 @@ class Model:
             if isinstance(event, Done):
                 return event.result
         raise AssertionError("generation ended without a Done event")
-
-    def _drafting(self, draft: DraftConfig) -> tuple[object | None, Policy | None]:
-        from lookahead.drafting import make_drafter, make_policy
-
-        if not draft.enabled:
-            return None, None
-        return make_drafter(draft, self), make_policy(draft, self)
 
     def close(self) -> None:
         self.backend.close()
@@ -103,4 +131,4 @@ def load(
     cache = cache_dir or models.default_cache_dir()
     path = models.resolve_model(str(model), cache, progress)
     models.check_gguf(path)
-    return Model(LlamaBackend(path, backend), str(model))
+    return Model(LlamaBackend(path, backend), str(model), cache.parent)

@@ -386,6 +386,7 @@ class Controller:
         self._probe_size = self.config.probe_nodes
         self._escalate = False  # the last probe was accepted in full: probe bigger next step
         self._draft: Draft | None = None  # the whole draft given to the last choose()
+        self._pending: list[_Cursor] = []  # unverified drafts still being scored
 
     # what to ask the drafter for (the engine's Policy protocol)
     @property
@@ -508,14 +509,13 @@ class Controller:
         on[np.asarray(accepted, dtype=np.intp) + 1] = True
         reached = np.flatnonzero(on[verified.parents.astype(np.intp) + 1])
         hit = on[reached + 1]
-        src = verified
-        shadow = self._shadow(verified, accepted, bonus)
-        if shadow is not None and self._draft is not None:
-            # the whole draft starts with the verified prefix: score all its nodes in one go
-            src = self._draft
-            reached = np.concatenate([reached, shadow[0]])
-            hit = np.concatenate([hit, shadow[1]])
-        self.stats.record_trials(src.q[reached], src.sources[reached], src.depth[reached], hit)
+        trials = [(verified, reached, hit)]
+        taught = self._score_unverified(verified, accepted, bonus, trials)
+        # this step's trials in one call (the change test weighs a step's evidence together)
+        d = trials[-1][0]
+        reached = np.concatenate([t[1] for t in trials])
+        hit = np.concatenate([t[2] for t in trials])
+        self.stats.record_trials(d.q[reached], d.sources[reached], d.depth[reached], hit)
         if self.last.probing:
             # a probe accepted down to its deepest node: confirm with a bigger one next step
             full = n > 0 and len(accepted) == verified.max_depth
@@ -523,24 +523,89 @@ class Controller:
             self._probe_size = (
                 min(2 * self._probe_size, self.config.budget) if full else self.config.probe_nodes
             )
-        elif not self.drafting and shadow is None:
+        elif not self.drafting and not taught:
             self._declined += 1  # a declined step that taught nothing: counts toward a probe
 
-    def _shadow(
-        self, verified: Draft, accepted: Sequence[int], bonus: int | None
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]] | None:
-        """Unverified children of the last accepted node, and which one matches `bonus`."""
+    def _score_unverified(
+        self,
+        verified: Draft,
+        accepted: Sequence[int],
+        bonus: int | None,
+        trials: list[tuple[Draft, npt.NDArray[np.intp], npt.NDArray[np.bool_]]],
+    ) -> bool:
+        """Score, for free, the draft nodes that were not verified, as the model's own tokens
+        arrive: the bonus token now, the next steps' tokens later. Below the last accepted
+        node, each level's nodes are trials and the one whose token the model emitted is the
+        hit; the walk goes on below it and ends at a miss. Returns whether anything was
+        learned this step. The new draft's first level joins `trials` (it extends the
+        verified prefix, same node indices); older drafts are recorded here.
+        """
+        if bonus is None:
+            return False
+        emitted = [int(verified.tokens[i]) for i in accepted] + [bonus]
+        taught = False
+        alive = []
+        for cursor in self._pending:  # older drafts: feed them this step's tokens
+            for tok in emitted:
+                found = self._feed(cursor, tok)
+                going = found is not None and bool(found[1].any())
+                if found is not None:
+                    taught = True
+                    self.stats.record_trials(
+                        cursor.draft.q[found[0]],
+                        cursor.draft.sources[found[0]],
+                        cursor.draft.depth[found[0]],
+                        found[1],
+                    )
+                if not going:
+                    break
+            else:
+                alive.append(cursor)
         draft = self._draft
         n = len(verified)
-        if bonus is None or draft is None or len(draft) <= n:
+        if draft is not None and len(draft) > n and (
+            n == 0 or np.array_equal(draft.tokens[:n], verified.tokens)
+        ):
+            cursor = _Cursor(draft, n, accepted[-1] if len(accepted) else -1)
+            found = self._feed(cursor, bonus)
+            if found is not None:
+                taught = True
+                trials.append((draft, found[0], found[1]))
+                if found[1].any():
+                    alive.append(cursor)
+        self._pending = alive[-MAX_PENDING:]
+        return taught
+
+    def forget_pending(self) -> None:
+        """Stop scoring earlier drafts (a new request, or a replay of unrelated drafts)."""
+        self._pending = []
+
+    @staticmethod
+    def _feed(
+        cursor: _Cursor, token: int
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]] | None:
+        """One model token for a pending draft: the nodes it decides (the unverified children
+        of the cursor's node) and which matched; the cursor moves to the match. None when
+        the draft has nothing more there."""
+        d = cursor.draft
+        kids = np.flatnonzero(d.parents[cursor.start :] == cursor.node) + cursor.start
+        if len(kids) == 0:
             return None
-        if n and not np.array_equal(draft.tokens[:n], verified.tokens):
-            return None  # observe() was not given a prefix of the last chosen draft
-        last = accepted[-1] if len(accepted) else -1
-        below = np.flatnonzero(draft.parents[n:] == last) + n
-        if len(below) == 0:
-            return None
-        return below, draft.tokens[below] == bonus
+        hit = d.tokens[kids] == token
+        if hit.any():
+            cursor.node = int(kids[int(np.argmax(hit))])
+        return kids, hit
+
+
+# Pending unverified drafts scored as the model's tokens arrive (newest kept).
+MAX_PENDING = 4
+
+
+@dataclass
+class _Cursor:
+    draft: Draft  # the draft given to choose()
+    start: int  # nodes before this were verified (scored already)
+    node: int  # the deepest node known to match the model's tokens (-1 = the root)
 
 
 @dataclass
@@ -580,6 +645,9 @@ def simulate(
         token = int(draft.tokens[path[m]]) if m < len(path) else -1
         seconds = cost(n + 1)
         controller.observe(draft.prefix(n), list(path[:m]), seconds, token if bonus else None)
+        # trace entries are independent drafts, not one token stream: later entries' tokens
+        # say nothing about this draft, so nothing stays pending past its own bonus token
+        controller.forget_pending()
         result.tokens += m + 1
         result.seconds += seconds
         result.chosen.append(n)

@@ -1,27 +1,93 @@
-"""Builds the drafter (indexes + proposer) and the policy for one generation from a DraftConfig.
+"""Builds the drafter (indexes + proposer) and the policy for one generation.
 
-Kept apart from the engine so the engine never knows which indexes exist, and apart from
-the API so the bench and the server can build the same pieces.
+Kept apart from the engine, so the engine never knows which indexes exist, and apart from
+the API, so the bench and the server can build the same pieces. What outlives a request
+(the corpus tables, the cost curve, the controllers' calibration) lives in `DraftState`,
+one per loaded model.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from lookahead.control import ControlConfig, Controller, CostModel
 from lookahead.engine import FixedPolicy, Policy
+from lookahead.index.base import DraftSource
+from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
 from lookahead.index.ngram import NgramIndex
 from lookahead.index.suffix import SuffixIndex
+from lookahead.models import Progress
 from lookahead.propose import Proposer
 
-if TYPE_CHECKING:
-    from lookahead.api import DraftConfig, Model
+MAX_BUDGET = 256  # most nodes per verify batch (the context's n_batch is 512)
 
 
-def make_drafter(config: DraftConfig, model: Model) -> Proposer:
-    """Fresh per-request indexes over prompt + output (the suffix index ranks first)."""
-    sources = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
-    return Proposer(sources)
+@dataclass(frozen=True)
+class DraftConfig:
+    """How to guess: which indexes, how big a tree, fixed or adaptive."""
+
+    enabled: bool = True  # False = plain decoding (the baseline)
+    adaptive: bool = True  # choose the draft size each step from measured cost and alpha
+    k: int = 8  # with adaptive=False: draft tokens per branch (fixed K)
+    k_max: int = 64  # with adaptive=True: deepest draft the controller may verify
+    budget: int = 64  # most tree nodes verified per step
+    branches: int = 2  # most children per tree node (1 = a single chain)
+    ngram_order: int = 4  # longest context of the n-gram table
+    shipped_corpora: bool = True  # draft from the corpora/ folder shipped with lookahead
+    corpora: tuple[Path, ...] = ()  # more static corpus folders (e.g. the user's repository)
+    exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
+
+    def __post_init__(self) -> None:
+        for name in ("k", "k_max", "budget", "branches", "ngram_order"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.budget > MAX_BUDGET:
+            raise ValueError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
+
+    def control(self, exact_limit: int | None) -> ControlConfig:
+        budget = self.budget if self.adaptive else min(self.budget, self.k * self.branches)
+        k_max = self.k_max if self.adaptive else self.k
+        if exact_limit is not None:  # a batch is root + nodes
+            budget = min(budget, exact_limit - 1)
+        return ControlConfig(adaptive=self.adaptive, k_max=k_max, budget=max(budget, 0), branches=self.branches)
 
 
-def make_policy(config: DraftConfig, model: Model) -> Policy:
-    return FixedPolicy(config.k, budget=max(config.budget, 1), branches=config.branches)
+@dataclass
+class DraftState:
+    """Per-model drafting state that outlives a request."""
+
+    tokenize: Callable[[str], list[int]]
+    tokenizer_id: str
+    corpus_cache: Path
+    cost: CostModel = field(default_factory=CostModel)
+    controllers: dict[ControlConfig, Controller] = field(default_factory=dict)
+    corpora: dict[tuple[Path, ...], CorpusIndex | None] = field(default_factory=dict)
+
+    def corpus(self, config: DraftConfig, progress: Progress | None = None) -> CorpusIndex | None:
+        paths = ((SHIPPED_CORPORA,) if config.shipped_corpora and SHIPPED_CORPORA.is_dir() else ())
+        paths += tuple(Path(p) for p in config.corpora)
+        if not paths:
+            return None
+        if paths not in self.corpora:
+            self.corpora[paths] = CorpusIndex.load_or_build(
+                list(paths), self.tokenize, self.tokenizer_id, self.corpus_cache, progress
+            )
+        return self.corpora[paths]
+
+    def drafter(self, config: DraftConfig, progress: Progress | None = None) -> Proposer:
+        """Fresh per-request indexes over prompt + output, plus the shared corpus tables."""
+        sources: list[DraftSource] = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
+        corpus = self.corpus(config, progress)
+        if corpus is not None:
+            sources.append(corpus.fresh())
+        return Proposer(sources)
+
+    def policy(self, config: DraftConfig, exact_limit: int | None) -> Policy:
+        ctl = config.control(exact_limit)
+        if not ctl.adaptive:
+            return FixedPolicy(ctl.k_max, budget=ctl.budget, branches=ctl.branches)
+        if ctl not in self.controllers:
+            self.controllers[ctl] = Controller(ctl, self.cost)
+        return self.controllers[ctl]

@@ -59,7 +59,7 @@ class Policy(Protocol):
 
     def choose(self, draft: Draft) -> int: ...
 
-    def observe(self, verified: Draft, accepted: list[int], seconds: float) -> None: ...
+    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -135,16 +135,18 @@ class FixedPolicy:
     def choose(self, draft: Draft) -> int:
         return min(len(draft), self._budget)
 
-    def observe(self, verified: Draft, accepted: list[int], seconds: float) -> None:
+    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None:
         self._steps += 1
         self._accepted += len(accepted)
 
 
-def _fit(draft: Draft, max_leaves: int, max_depth: int) -> Draft:
-    """The longest prefix of `draft` with at most `max_leaves` leaves and depth <= max_depth.
+def _fit(draft: Draft, max_leaves: int, max_depth: int, max_nodes: int) -> Draft:
+    """The longest prefix of `draft` with at most `max_leaves` leaves, depth <= max_depth
+    and at most `max_nodes` nodes.
 
     Adding a node keeps or grows the leaf count, so the prefix is found in one pass.
     """
+    draft = draft.prefix(max(0, max_nodes))
     if not len(draft):
         return draft
     is_leaf = np.zeros(len(draft), dtype=bool)
@@ -199,20 +201,20 @@ def generate(
     t_start = time.perf_counter()
     while True:
         t0 = time.perf_counter()
-        room = verifier.n_ctx - verifier.n_past - 2  # the root and the bonus must fit too
+        room = verifier.n_ctx - verifier.n_used - 2  # the root and the bonus must fit too
         want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work
         depth = min(policy.max_depth, room, want)
         draft = Draft.empty()
         if drafter is not None and depth > 0 and policy.budget > 0:
             draft = drafter.propose(policy.budget, depth, policy.branches)
-            draft = _fit(draft, verifier.max_branches, depth)
+            draft = _fit(draft, verifier.max_branches, depth, room)
             draft = draft.prefix(policy.choose(draft))
         t1 = time.perf_counter()
         rows = verifier.verify(root, draft)
         t2 = time.perf_counter()
         path, bonus = accept(draft, rows, sampler.pick, history)
         verifier.commit(draft, path)
-        policy.observe(draft, path, t2 - t1)
+        policy.observe(draft, path, t2 - t1, bonus)
 
         new = [int(draft.tokens[i]) for i in path] + [bonus]
         stats.steps += 1
@@ -238,7 +240,7 @@ def generate(
         if drafter is not None:
             drafter.observe(new)
         root = bonus
-        done = finish == "stop" or len(out) >= config.max_tokens or verifier.n_past + 1 >= verifier.n_ctx
+        done = finish == "stop" or len(out) >= config.max_tokens or verifier.n_used + 1 >= verifier.n_ctx
         if done:
             text += stream.finish()
         stats.decode_s = time.perf_counter() - t_start

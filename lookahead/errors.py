@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from lookahead.backend.llama import BackendError
 from lookahead.engine import GenerationError
+from lookahead.index.corpus import CorpusError
 from lookahead.models import ModelError
 
-USER_ERRORS: tuple[type[Exception], ...] = (ModelError, BackendError, GenerationError, ValueError, OSError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ModelError,
+    BackendError,
+    GenerationError,
+    CorpusError,
+    ValueError,
+    OSError,
+)

@@ -37,6 +37,10 @@ class FakeModel:
     def n_past(self) -> int:
         return len(self.ctx)
 
+    @property
+    def n_used(self) -> int:
+        return len(self.ctx)
+
     def reset(self) -> None:
         self.ctx = []
 

@@ -72,6 +72,7 @@ def replay(
         m = sum(1 for i in path if i < n)
         token = int(draft.tokens[path[m]]) if m < len(path) else -1
         ctl.observe(draft.prefix(n), path[:m], curve(n + 1), token if bonus else None)
+        ctl.forget_pending()  # synthetic entries are independent drafts, not one stream
         chosen.append(n)
         drafting.append(ctl.drafting)
         tokens += m + 1
@@ -394,3 +395,32 @@ def test_controller_is_an_engine_policy() -> None:
     draft = Draft.chain([1, 2, 3], q=0.99)
     policy.observe(draft.prefix(policy.choose(draft)), [], 0.02)
     assert policy.alpha == 0.0
+
+
+def test_unverified_drafts_are_scored_as_the_model_writes() -> None:
+    """A declined chain is checked against the tokens of the following steps, at every
+    depth: a copy the controller did not dare verify still raises its calibration."""
+    ctl = controller()
+    stream = list(range(100, 140))
+    draft = Draft.chain(stream[1:9], q=0.3)  # a low-confidence guess of the next 8 tokens
+    before = ctl.stats.calibrated(draft.q[:1], draft.sources[:1])[0]
+    assert ctl.choose(draft) == 0  # q = 0.3 does not pay
+    ctl.observe(Draft.empty(), [], 0.02, bonus=stream[1])
+    for tok in stream[2:9]:  # plain steps, each writing the next token of the guessed copy
+        ctl.choose(Draft.empty())
+        ctl.observe(Draft.empty(), [], 0.02, bonus=tok)
+    after = ctl.stats.calibrated(draft.q[:1], draft.sources[:1])[0]
+    assert after > before + 0.3
+    assert ctl.depth_rate[8] > 0.5  # the deepest node was scored too
+
+
+def test_a_wrong_guess_scored_later_lowers_calibration() -> None:
+    ctl = controller()
+    draft = Draft.chain([1, 2, 3, 4], q=0.5)
+    before = ctl.stats.calibrated(draft.q[:1], draft.sources[:1])[0]
+    ctl.choose(draft)
+    for tok in (1, 9, 9, 9):
+        ctl.observe(Draft.empty(), [], 0.02, bonus=tok)
+        ctl.choose(Draft.empty())
+    after = ctl.stats.calibrated(draft.q[1:2], draft.sources[1:2])[0]
+    assert after < before

@@ -433,10 +433,40 @@ class LlamaBackend:
             self.parked += layout.parked_before(x, m)
         self.n_past = base + m + 1
 
+    def exact_batch_limit(self, tokens: Sequence[int], max_size: int = 64) -> int:
+        """Largest n such that verifying batches of 1..n tokens gives logits bit-identical to
+        one-token decoding, for this model, build and CPU (self-test on `tokens`).
+
+        Kernels switch with batch size, so sizes are tried upward and the first mismatch
+        ends the search. Leaves the cache empty.
+        """
+        toks = [int(t) for t in tokens][: max_size + 1]
+        if len(toks) < 2:
+            raise BackendError("the exactness self-test needs at least 2 tokens")
+        max_size = min(max_size, len(toks) - 1, self.n_batch)
+        self.reset()
+        self.prefill(np.asarray(toks[:1], dtype=np.int32))
+        ref = []
+        for t in toks[1 : max_size + 1]:  # one token at a time: the reference rows
+            ref.append(self.verify(t, Draft.empty())[0].copy())
+            self.commit(Draft.empty(), [])
+        limit = 1
+        for n in range(2, max_size + 1):
+            self.truncate(1)
+            chain = Draft.chain(toks[2 : n + 1])
+            rows = self.verify(toks[1], chain)
+            same = all(np.array_equal(rows[i], ref[i]) for i in range(n))
+            if not same:
+                break
+            limit = n
+        self.reset()
+        return limit
+
     def truncate(self, n_past: int) -> None:
-        """Drop every cell at position >= n_past (used by tests and cost probes)."""
+        """Drop every cell at position >= n_past, parked ones too (tests, self-tests)."""
         ll.llama_memory_seq_rm(self._mem, -1, n_past, -1)
         self.n_past = n_past
+        self.parked = 0
 
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
         """Seconds for one decode of n chained tokens at the current position, per n (median)."""
