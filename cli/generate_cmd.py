@@ -51,6 +51,10 @@ def run_generate(
     draft_cfg = DraftConfig(**draft)
     if max_tokens <= 0:
         raise ValueError(f"--max-tokens must be > 0, got {max_tokens}")
+    if n_ctx < 0:  # llama.cpp takes an unsigned int: -1 would wrap to 4 billion tokens
+        raise ValueError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
+    if threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0 = all available), got {threads}")
     backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     err = Console(stderr=True)
     with _RichProgress(err) as progress:

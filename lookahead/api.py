@@ -60,7 +60,7 @@ class Model:
             table = json.loads(path.read_text())[key]
             costs = {int(n): float(t) for n, t in table.items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            costs = b.measure_cost((1, 2, 4, 8, 16, 32, 64), repeats=1)
+            costs = b.measure_cost((1, 2, 4, 8, 16, 32, 64), repeats=3)
             try:
                 data = json.loads(path.read_text()) if path.exists() else {}
                 if not isinstance(data, dict):

@@ -241,6 +241,7 @@ class LlamaBackend:
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
             ll.llama_model_free(model)
+            self._model = None  # freed: close() must not free it again
             raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)

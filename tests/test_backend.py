@@ -1,0 +1,107 @@
+"""The llama.cpp backend against a real model: tree batches, KV commits, self-tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lookahead.backend.llama import BackendConfig, LlamaBackend
+from lookahead.draft import Draft
+
+pytestmark = pytest.mark.model
+
+TEXT = "def quicksort(arr):\n    if len(arr) <= 1:\n        return arr\n"
+
+
+@pytest.fixture(scope="module")
+def backend(smol_path):
+    b = LlamaBackend(smol_path, BackendConfig(n_ctx=1024, max_branches=4, n_threads=1))
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def reference(smol_path):
+    b = LlamaBackend(smol_path, BackendConfig(n_ctx=1024, max_branches=1, n_threads=1))
+    yield b
+    b.close()
+
+
+def fresh_logits(ref: LlamaBackend, tokens: list[int]) -> np.ndarray:
+    """Logits after `tokens`, decoded by a fresh context one token at a time."""
+    ref.reset()
+    ref.prefill(np.asarray(tokens[:1], dtype=np.int32))
+    row = None
+    for t in tokens[1:]:
+        row = ref.verify(t, Draft.empty())[0].copy()
+        ref.commit(Draft.empty(), [])
+    assert row is not None
+    return row
+
+
+def random_tree(rng: np.random.Generator, n_vocab: int, branches: int) -> Draft:
+    toks: list[int] = []
+    parents: list[int] = []
+    for _ in range(branches):
+        parent = -1 if not toks or rng.random() < 0.5 else int(rng.integers(0, len(toks)))
+        for _ in range(int(rng.integers(1, 4))):
+            tok = int(rng.integers(0, 2000))
+            if any(parents[i] == parent and toks[i] == tok for i in range(len(toks))):
+                break
+            toks.append(tok)
+            parents.append(parent)
+            parent = len(toks) - 1
+    n = len(toks)
+    ones = np.ones(n, np.float32)
+    draft = Draft(np.array(toks, np.int32), np.array(parents, np.int32), np.zeros(n, np.int8), ones, ones)
+    draft.check()
+    return draft
+
+
+def test_tree_rows_and_later_steps_equal_fresh_decoding(backend, reference) -> None:
+    """Every node's logits equal one-by-one decoding of its path, and after each commit
+    (random accepted paths, so rejected cells get freed or parked) the cache behaves as if
+    only the accepted tokens had ever been decoded."""
+    rng = np.random.default_rng(0)
+    hist = backend.tokenize(TEXT)
+    backend.reset()
+    backend.prefill(np.asarray(hist[:1], dtype=np.int32))
+    for t in hist[1:-1]:  # one by one, like the reference
+        backend.verify(t, Draft.empty())
+        backend.commit(Draft.empty(), [])
+    root = hist[-1]
+    parked_seen = False
+    for _ in range(10):
+        draft = random_tree(rng, backend.n_vocab, branches=4)
+        rows = backend.verify(root, draft)
+        assert np.array_equal(rows[0], fresh_logits(reference, hist))
+        for i in range(len(draft)):
+            path = [int(draft.tokens[j]) for j in draft.path_to(i)]
+            assert np.array_equal(rows[i + 1], fresh_logits(reference, hist + path)), f"node {i}"
+        node = int(rng.integers(-1, len(draft)))
+        accepted = draft.path_to(node) if node >= 0 else []
+        backend.commit(draft, accepted)
+        parked_seen |= backend.parked > 0
+        hist += [int(draft.tokens[j]) for j in accepted]
+        root = int(rng.integers(0, 2000))
+        hist.append(root)
+        assert backend.n_past == len(hist) - 1
+    assert parked_seen, "the test should exercise parked cells"
+
+
+def test_smollm2_is_batch_invariant(backend) -> None:
+    assert backend.exact_batch_limit(backend.tokenize(TEXT * 3), max_size=24) == 24
+
+
+def test_measure_cost_leaves_cache_empty(backend) -> None:
+    backend.reset()
+    costs = backend.measure_cost((1, 2, 4), repeats=1)
+    assert set(costs) == {1, 2, 4} and all(t > 0 for t in costs.values())
+    assert backend.n_past == 0
+
+
+def test_chat_template_and_detokenization(backend) -> None:
+    toks = backend.chat_prompt([{"role": "user", "content": "héllo ✓"}])
+    text = b"".join(backend.token_bytes(t) for t in toks).decode("utf-8")
+    assert "héllo ✓" in text
+    assert backend.tokenize("héllo ✓", add_special=False)
