@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from lookahead import models
@@ -20,6 +20,12 @@ from lookahead.engine import Done, Event, GenerationConfig, Result, generate
 from lookahead.sampling import SamplingConfig
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
+
+# llama.cpp pads the attention window to 256 cells with flash attention; past 256 cells in
+# use, one-token decoding switches to a split-KV kernel that no batch of 2+ tokens uses, so
+# the bit-exact batch sizes differ below and above this many cells (measured: SmolLM2 24+
+# below, 1 above; Qwen2.5-Coder-0.5B 3 below, 1 above).
+EXACT_SPLIT = 256
 
 # Text for the exactness self-test: ordinary code, long enough for 64-token batches.
 _SELFTEST_TEXT = (
@@ -43,13 +49,26 @@ class Model:
             corpus_cache=cache_dir / "corpora",
         )
         self._cost_ready = False
-        self._exact_limit: int | None = None
+        self._exact_limits: tuple[int, int] | None = None
 
-    def exact_limit(self) -> int:
-        """Largest verify batch whose logits are bit-identical to one-token decoding here."""
-        if self._exact_limit is None:
-            self._exact_limit = self.backend.exact_batch_limit(self.backend.tokenize(_SELFTEST_TEXT))
-        return self._exact_limit
+    def exact_limits(self) -> tuple[int, int]:
+        """Largest verify batches whose logits are bit-identical to one-token decoding here,
+        (below, above) EXACT_SPLIT cells in the cache (self-test, once per model)."""
+        if self._exact_limits is None:
+            toks = self.backend.tokenize(_SELFTEST_TEXT)
+            short = self.backend.exact_batch_limit(toks, max_size=32)
+            long = self.backend.exact_batch_limit(toks, max_size=8, context=EXACT_SPLIT + 16)
+            self._exact_limits = (short, long)
+        return self._exact_limits
+
+    def exact_cap(self) -> Callable[[int], int]:
+        """Draft nodes allowed per step in exact mode, given the cells in use."""
+        short, long = self.exact_limits()
+
+        def cap(used: int) -> int:
+            return short - 1 if used + short <= EXACT_SPLIT else long - 1
+
+        return cap
 
     def calibrate(self) -> dict[int, float]:
         """Measure (or load from the cache) the verify cost t(n) on this machine."""
@@ -106,8 +125,9 @@ class Model:
         if draft.adaptive and not self._cost_ready:
             self.calibrate()
         drafter = self.drafting.drafter(draft)
-        policy = self.drafting.policy(draft, self.exact_limit() if draft.exact else None)
-        return generate(self.backend, tokens, config, drafter, policy)
+        policy = self.drafting.policy(draft)
+        cap = self.exact_cap() if draft.exact else None
+        return generate(self.backend, tokens, config, drafter, policy, cap)
 
     def generate(self, prompt: str | Sequence[dict[str, str]], **kwargs: object) -> Result:
         """Like `stream`, but returns only the final Result (text, tokens, stats)."""

@@ -46,11 +46,9 @@ class DraftConfig:
         if self.budget > MAX_BUDGET:
             raise ValueError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
 
-    def control(self, exact_limit: int | None) -> ControlConfig:
+    def control(self) -> ControlConfig:
         budget = self.budget if self.adaptive else min(self.budget, self.k * self.branches)
         k_max = self.k_max if self.adaptive else self.k
-        if exact_limit is not None:  # a batch is root + nodes
-            budget = min(budget, exact_limit - 1)
         return ControlConfig(adaptive=self.adaptive, k_max=k_max, budget=max(budget, 0), branches=self.branches)
 
 
@@ -84,8 +82,8 @@ class DraftState:
             sources.append(corpus.fresh())
         return Proposer(sources)
 
-    def policy(self, config: DraftConfig, exact_limit: int | None) -> Policy:
-        ctl = config.control(exact_limit)
+    def policy(self, config: DraftConfig) -> Policy:
+        ctl = config.control()
         if not ctl.adaptive:
             return FixedPolicy(ctl.k_max, budget=ctl.budget, branches=ctl.branches)
         if ctl not in self.controllers:

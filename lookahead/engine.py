@@ -8,7 +8,7 @@ the same events.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -171,8 +171,12 @@ def generate(
     config: GenerationConfig,
     drafter: Drafter | None = None,
     policy: Policy | None = None,
+    node_cap: Callable[[int], int] | None = None,
 ) -> Iterator[Event]:
     """Generate from `prompt` tokens; yields a Step per verify step, then Done.
+
+    `node_cap(cells in use)`, if given, bounds the draft nodes verified in a step (the
+    exact mode's bit-identical batch sizes depend on the cache size).
 
     With no drafter (or a policy that drafts nothing) this is plain decoding.
     """
@@ -202,6 +206,8 @@ def generate(
     while True:
         t0 = time.perf_counter()
         room = verifier.n_ctx - verifier.n_used - 2  # the root and the bonus must fit too
+        if node_cap is not None:
+            room = min(room, node_cap(verifier.n_used))
         want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work
         depth = min(policy.max_depth, room, want)
         draft = Draft.empty()

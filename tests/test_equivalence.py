@@ -25,6 +25,9 @@ PROMPTS = [
     "<ul>\n  <li>apple</li>\n  <li>banana</li>\n",
     "Q: What is the capital of France?\nA: Paris.\nQ: What is the capital of Spain?\nA:",
     "for i in range(10):\n    print(i)\nfor j in range(10):\n",
+    "# Python list comprehension examples\nsquares = [x * x for x in range(10)]\n",
+    "Dear team,\n\nThis week we",
+    "Ingredients:\n- 2 cups flour\n- 1 cup sugar\n",
 ]
 
 CONFIGS = [
