@@ -10,8 +10,8 @@ from rich.console import Console
 
 from cli.models_cmd import _RichProgress
 from lookahead.api import load
-from lookahead.drafting import DraftConfig
 from lookahead.backend.llama import BackendConfig
+from lookahead.drafting import DraftConfig
 from lookahead.engine import Done, Result, Step
 from lookahead.sampling import SamplingConfig
 

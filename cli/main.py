@@ -41,11 +41,17 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 @app.command()
 def generate(
     prompt: Annotated[str | None, typer.Argument(help="The prompt text (or use --prompt-file / stdin).")] = None,
-    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from this file.")] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from this file.")
+    ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt as a user message in the model's chat template.")] = False,
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")] = models.DEFAULT_MODEL,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
+    ] = models.DEFAULT_MODEL,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 256,
-    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")] = 0.0,
+    temperature: Annotated[
+        float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")
+    ] = 0.0,
     top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens (0 = all).")] = 40,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold, in (0, 1].")] = 1.0,
     min_p: Annotated[float, typer.Option(help="Drop tokens below min-p times the best token's probability.")] = 0.0,
@@ -56,11 +62,22 @@ def generate(
     k_max: Annotated[int, typer.Option("--k-max", help="Deepest draft the adaptive controller may verify.")] = 64,
     budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 64,
     branches: Annotated[int, typer.Option(help="Most children per tree node (1 = a single chain).")] = 2,
-    no_adaptive: Annotated[bool, typer.Option("--no-adaptive", help="Fixed K instead of the cost-aware controller.")] = False,
-    exact: Annotated[bool, typer.Option("--exact", help="Only verify batch sizes found bit-identical to plain decoding (self-test at load).")] = False,
-    corpus: Annotated[list[Path] | None, typer.Option(help="A folder to draft from as a static corpus (repeatable).")] = None,
+    no_adaptive: Annotated[
+        bool, typer.Option("--no-adaptive", help="Fixed K instead of the cost-aware controller.")
+    ] = False,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact", help="Only verify batch sizes found bit-identical to plain decoding (self-test at load)."
+        ),
+    ] = False,
+    corpus: Annotated[
+        list[Path] | None, typer.Option(help="A folder to draft from as a static corpus (repeatable).")
+    ] = None,
     no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")
+    ] = False,
     n_ctx: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
     threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
 ) -> None:
@@ -75,12 +92,24 @@ def generate(
             model=model,
             max_tokens=max_tokens,
             sampling=dict(
-                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                repeat_penalty=repeat_penalty, seed=seed,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                min_p=min_p,
+                repeat_penalty=repeat_penalty,
+                seed=seed,
             ),
             stop=tuple(stop or ()),
-            draft=dict(enabled=not no_spec, adaptive=not no_adaptive, k=k, k_max=k_max,
-                       budget=budget, branches=branches, exact=exact, corpora=tuple(corpus or ())),
+            draft=dict(
+                enabled=not no_spec,
+                adaptive=not no_adaptive,
+                k=k,
+                k_max=k_max,
+                budget=budget,
+                branches=branches,
+                exact=exact,
+                corpora=tuple(corpus or ()),
+            ),
             as_json=as_json,
             n_ctx=n_ctx,
             threads=threads,
@@ -93,6 +122,3 @@ def main() -> None:  # pragma: no cover - console script entry
 
 if __name__ == "__main__":  # pragma: no cover
     app()
-
-
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from lookahead.backend.base import Logits, LogitRows
+from lookahead.backend.base import LogitRows, Logits
 from lookahead.draft import Draft
 
 Pick = Callable[[Logits, Sequence[int]], int]

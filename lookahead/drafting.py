@@ -64,7 +64,9 @@ class DraftState:
     corpora: dict[tuple[Path, ...], CorpusIndex | None] = field(default_factory=dict)
 
     def corpus(self, config: DraftConfig, progress: Progress | None = None) -> CorpusIndex | None:
-        paths = ((SHIPPED_CORPORA,) if config.shipped_corpora and SHIPPED_CORPORA.is_dir() else ())
+        paths: tuple[Path, ...] = (
+            (SHIPPED_CORPORA,) if config.shipped_corpora and SHIPPED_CORPORA.is_dir() else ()
+        )
         paths += tuple(Path(p) for p in config.corpora)
         if not paths:
             return None

@@ -73,10 +73,7 @@ class Sampler:
     def _draw(self, logits: npt.NDArray[np.float32], u: float) -> int:
         cfg = self.config
         n = len(logits)
-        if 0 < cfg.top_k < n:
-            idx = np.argpartition(-logits, cfg.top_k - 1)[: cfg.top_k]
-        else:
-            idx = np.arange(n)
+        idx = np.argpartition(-logits, cfg.top_k - 1)[:cfg.top_k] if 0 < cfg.top_k < n else np.arange(n)
         vals = logits[idx].astype(np.float64)
         # most likely first; ties broken by token id so the order never depends on
         # argpartition's internal layout

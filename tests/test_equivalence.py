@@ -46,7 +46,9 @@ def plain_greedy(smol_model):
     return {p: smol_model.generate(p, max_tokens=MAX_TOKENS, draft=DraftConfig(enabled=False)) for p in PROMPTS}
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"k{c.k}-b{c.budget}-br{c.branches}-{'ad' if c.adaptive else 'fx'}")
+@pytest.mark.parametrize(
+    "config", CONFIGS, ids=lambda c: f"k{c.k}-b{c.budget}-br{c.branches}-{'ad' if c.adaptive else 'fx'}"
+)
 def test_greedy_equals_plain(smol_model, plain_greedy, config: DraftConfig) -> None:
     drafted = accepted = 0
     for prompt in PROMPTS:

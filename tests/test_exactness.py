@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from lookahead.engine import Done, GenerationConfig, generate, FixedPolicy
+from lookahead.engine import Done, FixedPolicy, GenerationConfig, generate
 from lookahead.sampling import SamplingConfig
 from tests.fake_backend import FakeModel, TreeDrafter
 
@@ -90,6 +90,6 @@ def test_chi_square_catches_a_two_percent_shift() -> None:
     fails = 0
     for _ in range(20):
         draws = rng.choice(len(keys), size=N_SAMPLES, p=[shifted[k] for k in keys])
-        counts = {keys[i]: int(c) for i, c in zip(*np.unique(draws, return_counts=True))}
+        counts = {keys[i]: int(c) for i, c in zip(*np.unique(draws, return_counts=True), strict=False)}
         fails += chi_square(counts, probs, N_SAMPLES) >= CRITICAL_63
     assert fails >= 18  # power >= 90%

@@ -39,7 +39,11 @@ class Verifier(Protocol):
     n_ctx: int
     max_branches: int  # most leaves a draft may have (one sequence id each)
     n_past: int  # tokens committed to the KV cache
-    n_used: int  # cache cells in use (n_past plus any the backend keeps aside)
+
+    @property
+    def n_used(self) -> int:
+        """Cache cells in use: n_past plus any the backend keeps aside."""
+        ...
 
     def reset(self) -> None:
         """Forget everything in the KV cache."""

@@ -41,6 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as ll
 import numpy as np
@@ -118,13 +119,15 @@ class _Batch:
         self._rows = (row_ptr * capacity)(
             *[ctypes.cast(base + i * n_seq * 4, row_ptr) for i in range(capacity)]
         )
-        self.struct = ll.llama_batch()
-        self.struct.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
-        self.struct.embd = ctypes.POINTER(ctypes.c_float)()
-        self.struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
-        self.struct.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        self.struct.seq_id = ctypes.cast(self._rows, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
-        self.struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        # ctypes pointers into our arrays (the binding's stubs type these fields as arrays)
+        st: Any = ll.llama_batch()
+        st.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
+        st.embd = ctypes.POINTER(ctypes.c_float)()
+        st.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
+        st.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        st.seq_id = ctypes.cast(self._rows, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
+        st.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.struct = st
 
 
 class _Rows:
@@ -327,7 +330,7 @@ class LlamaBackend:
         bos_text = self.special_text(bos) if bos >= 0 else ""
         eos_text = self.special_text(eos) if eos >= 0 else ""
         fmt = Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=bos_text)
-        text = fmt(messages=list(messages)).prompt
+        text = fmt(messages=list(messages)).prompt  # type: ignore[arg-type]
         tokens = self.tokenize(text, add_special=False, parse_special=True)
         if ll.llama_vocab_get_add_bos(self._vocab) and bos >= 0 and (not tokens or tokens[0] != bos):
             tokens.insert(0, bos)
