@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown kinds {unknown}")
     if args.out is None:
-        args.out = RESULTS / f"compare-{Path(args.model).stem}.json"
+        name = Path(args.model).name.removesuffix(".gguf")  # names like qwen2.5-... have dots
+        args.out = RESULTS / f"compare-{name}.json"
     return args
 
 
@@ -189,9 +190,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.repeats} repeats, {args.max_tokens} max tokens, greedy, {started}",
     ]
     table = markdown(summary, header)
-    args.out.with_suffix(".md").write_text(table + "\n")
+    md = args.out.parent / (args.out.name.removesuffix(".json") + ".md")
+    md.write_text(table + "\n")
     print(table)
-    err.print(f"[dim]wrote {args.out} and {args.out.with_suffix('.md')}[/dim]", highlight=False)
+    err.print(f"[dim]wrote {args.out} and {md}[/dim]", highlight=False)
 
 
 if __name__ == "__main__":
