@@ -38,6 +38,18 @@ class DraftConfig:
     shipped_corpora: bool = True  # draft from the corpora/ folder shipped with lookahead
     corpora: tuple[Path, ...] = ()  # more static corpus folders (e.g. the user's repository)
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
+    # Probe (verify a small draft) after this many declined steps; 0 = never. Off by
+    # default: every declined draft is scored for free against the tokens the model then
+    # writes, which teaches the controller as much as a probe, and on a CPU where a batch of
+    # 2 costs ~2.4 one-token steps a failed probe is expensive.
+    probe_every: int = 0
+    # Draft only when a step's expected speedup over plain decoding beats this factor. Above
+    # the controller's neutral 1.05: early in a request its acceptance estimates are still
+    # the indexes' own (optimistic) ones, picking the best of many noisy prefixes is
+    # optimistic too, and a failed draft costs 2.4+ one-token steps on a 2-core CPU.
+    # Measured (bench/compare, Qwen-0.5B, 18 prompts): 1.15 was ahead of 1.05 on every kind
+    # but code completion, where both were equal.
+    min_gain: float = 1.15
 
     def __post_init__(self) -> None:
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):
@@ -49,7 +61,14 @@ class DraftConfig:
     def control(self) -> ControlConfig:
         budget = self.budget if self.adaptive else min(self.budget, self.k * self.branches)
         k_max = self.k_max if self.adaptive else self.k
-        return ControlConfig(adaptive=self.adaptive, k_max=k_max, budget=max(budget, 0), branches=self.branches)
+        return ControlConfig(
+            adaptive=self.adaptive,
+            k_max=k_max,
+            budget=max(budget, 0),
+            branches=self.branches,
+            probe_every=self.probe_every,
+            min_gain=self.min_gain,
+        )
 
 
 @dataclass
