@@ -67,7 +67,12 @@ def test_prompts_generate_long_outputs(plain_greedy) -> None:
     assert len(long) >= 10
 
 
-@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[2], CONFIGS[4]], ids=["chain", "tree", "adaptive"])
+# adaptive with a low bar: SmolLM2's batches cost 2.7 one-token steps, so at the default bar
+# sampled text rarely drafts and the test would prove little
+EAGER = DraftConfig(min_gain=0.5)
+
+
+@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[2], EAGER], ids=["chain", "tree", "adaptive"])
 def test_seeded_sampling_equals_plain(smol_model, config: DraftConfig) -> None:
     accepted = 0
     for i, prompt in enumerate(PROMPTS):
