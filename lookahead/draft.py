@@ -102,7 +102,13 @@ class Draft:
         """The first `n` nodes: a valid tree because parents precede children."""
         if n >= len(self.tokens):
             return self
-        return Draft(self.tokens[:n], self.parents[:n], self.sources[:n], self.q[:n], self.p[:n])
+        # built without __init__: a prefix's depths are the first n depths, so the Python
+        # loop of __post_init__ (run twice per engine step) is not needed
+        out = object.__new__(Draft)
+        out.tokens, out.parents, out.sources = self.tokens[:n], self.parents[:n], self.sources[:n]
+        out.q, out.p, out.depth = self.q[:n], self.p[:n], self.depth[:n]
+        out._children = None
+        return out
 
     def leaves(self) -> list[int]:
         """Nodes with no children, in index order (one per branch)."""

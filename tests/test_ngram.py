@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lookahead.draft import SOURCE_NGRAM
 from lookahead.index.ngram import NgramIndex
+from tests.streams import feed_in_chunks, same_ranking
 
 ORDER = 3
 
@@ -52,17 +53,8 @@ def ref_next_tokens(
 
 def observed(stream: list[int], cuts: list[int], order: int = ORDER) -> NgramIndex:
     index = NgramIndex(max_order=order)
-    prev = 0
-    for cut in sorted(c % (len(stream) + 1) for c in cuts) + [len(stream)]:
-        index.observe(stream[prev:cut])
-        prev = max(prev, cut)
+    feed_in_chunks(index, stream, cuts)
     return index
-
-
-def same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
-    assert [t for t, _ in got] == [t for t, _ in want]
-    for (_, a), (_, b) in zip(got, want, strict=True):
-        assert math.isclose(a, b, rel_tol=1e-9)
 
 
 streams = st.lists(st.integers(0, 3), max_size=60)

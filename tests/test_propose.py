@@ -122,3 +122,21 @@ def test_proposer_fans_out_and_drafts_the_repeat() -> None:
     assert chain.tokens.tolist() == phrase[10:18]
     assert chain.parents.tolist() == list(range(-1, 7))
     assert len(Proposer([NgramIndex(), SuffixIndex()]).propose(16, 8, 2)) == 0
+
+
+def test_prefix_keeps_depths_and_children() -> None:
+    from lookahead.draft import Draft
+
+    tree = Draft(
+        np.array([5, 6, 7, 8], np.int32),
+        np.array([-1, 0, -1, 1], np.int32),
+        np.zeros(4, np.int8),
+        np.ones(4, np.float32),
+        np.ones(4, np.float32),
+    )
+    for n in range(5):
+        pre = tree.prefix(n)
+        rebuilt = Draft(tree.tokens[:n], tree.parents[:n], tree.sources[:n], tree.q[:n], tree.p[:n])
+        assert pre.depth.tolist() == rebuilt.depth.tolist()
+        assert [pre.children(i) for i in range(-1, n)] == [rebuilt.children(i) for i in range(-1, n)]
+        pre.check()

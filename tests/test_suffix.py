@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from lookahead.draft import SOURCE_SUFFIX
 from lookahead.index.suffix import SuffixIndex
+from tests.streams import feed_in_chunks, same_ranking
 
 
 def ends(stream: list[int], x: list[int]) -> set[int]:
@@ -93,17 +94,8 @@ def ref_next_tokens(
 
 def observed(stream: list[int], cuts: list[int], min_match: int) -> SuffixIndex:
     index = SuffixIndex(min_match=min_match, max_walk=10**9)  # uncapped walk: exact counts
-    prev = 0
-    for cut in sorted(c % (len(stream) + 1) for c in cuts) + [len(stream)]:
-        index.observe(stream[prev:cut])
-        prev = max(prev, cut)
+    feed_in_chunks(index, stream, cuts)
     return index
-
-
-def same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
-    assert [t for t, _ in got] == [t for t, _ in want]
-    for (_, a), (_, b) in zip(got, want, strict=True):
-        assert math.isclose(a, b, rel_tol=1e-9)
 
 
 streams = st.lists(st.integers(0, 2), max_size=50)
