@@ -46,6 +46,7 @@ class Model:
         self.drafting = DraftState(
             tokenize=lambda text: backend.tokenize(text, add_special=False),
             tokenizer_id=backend.fingerprint(),
+            token_bytes=backend.token_bytes,
             corpus_cache=cache_dir / "corpora",
         )
         self._cost_ready = False

@@ -27,7 +27,8 @@ from lookahead.tokens import TokenArray
 SOURCE_NGRAM = 0
 SOURCE_SUFFIX = 1
 SOURCE_CORPUS = 2
-SOURCE_NAMES = ("ngram", "suffix", "corpus")
+SOURCE_RECORD = 3
+SOURCE_NAMES = ("ngram", "suffix", "corpus", "record")
 
 
 @dataclass(frozen=True)

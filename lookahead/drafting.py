@@ -17,6 +17,7 @@ from lookahead.engine import FixedPolicy, Policy
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
 from lookahead.index.ngram import NgramIndex
+from lookahead.index.records import RecordIndex
 from lookahead.index.suffix import SuffixIndex
 from lookahead.models import Progress
 from lookahead.propose import Proposer
@@ -35,6 +36,7 @@ class DraftConfig:
     budget: int = 64  # most tree nodes verified per step
     branches: int = 2  # most children per tree node (1 = a single chain)
     ngram_order: int = 4  # longest context of the n-gram table
+    records: bool = True  # draft whole report records, values taken from the prompt's data rows
     shipped_corpora: bool = True  # draft from the corpora/ folder shipped with lookahead
     corpora: tuple[Path, ...] = ()  # more static corpus folders (e.g. the user's repository)
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
@@ -77,6 +79,7 @@ class DraftState:
 
     tokenize: Callable[[str], list[int]]
     tokenizer_id: str
+    token_bytes: Callable[[int], bytes]
     corpus_cache: Path
     cost: CostModel = field(default_factory=CostModel)
     controllers: dict[ControlConfig, Controller] = field(default_factory=dict)
@@ -98,6 +101,8 @@ class DraftState:
     def drafter(self, config: DraftConfig, progress: Progress | None = None) -> Proposer:
         """Fresh per-request indexes over prompt + output, plus the shared corpus tables."""
         sources: list[DraftSource] = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
+        if config.records:
+            sources.append(RecordIndex(self.token_bytes, self.tokenize))
         corpus = self.corpus(config, progress)
         if corpus is not None:
             sources.append(corpus.fresh())

@@ -1,0 +1,364 @@
+"""Record drafting: the next record of a report is the last one with the next data row's values.
+
+A templated report writes one record per data row ("### web-02\\n- CPU: 87%\\n- Memory: ...").
+The suffix and n-gram indexes copy the template between values, but every value is new
+text, so each one breaks their match and the template after it is only found again a token
+or two later. This index drafts straight through the values:
+
+1. **Data rows.** In the prompt, a line's fields are its runs of tokens between separator
+   tokens (only whitespace and `,;|` characters). The data block is the biggest run of
+   consecutive lines with the same number (>= 2) of fields: a CSV-like table, a markdown
+   table, one record per line.
+2. **Values.** Each output token that starts a field of a data row (preferring a later field
+   of the row in use, then the next row), and the tokens that go on copying that field,
+   form a value. The output is kept a second time, normalized: each value becomes one
+   symbol, VALUE + its field number, so records with different values read the same.
+3. **Drafting.** The longest recent suffix (up to 4 symbols) of the normalized stream is
+   looked up at its previous occurrence; what followed there is the draft, with each value
+   symbol replaced by that field of the row the current record uses, and a value still being
+   written finished first. The row shift is learned from the last value before the match
+   (the same field of one record and the next are one row apart), or, at the start of a
+   record, the row after the one the copied record used.
+
+Everything per token is O(1) (a few dict updates); a proposal walks at most `max_depth`
+symbols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from lookahead.draft import SOURCE_RECORD, Candidate
+from lookahead.index.walk import int_list
+
+# Normalized symbols for values: VALUE + field number, above any vocabulary.
+VALUE = 1 << 40
+_SEPARATOR_CHARS = frozenset(b"\t,;|")
+_BLANK_CHARS = frozenset(b" \t,;|")
+_LONGEST = 4  # longest normalized suffix looked up
+_MAX_FIELDS = 4096  # data cells indexed at most
+
+
+class _Kind:
+    OTHER, SEPARATOR, NEWLINE, SPACE = 0, 1, 2, 3
+
+
+class RecordIndex:
+    """The record draft source (see the module docstring). The first `observe` is the prompt."""
+
+    source = SOURCE_RECORD
+
+    def __init__(
+        self,
+        token_bytes: Callable[[int], bytes],
+        tokenize: Callable[[str], list[int]] | None = None,
+        q_template: float = 0.95,
+        q_value: float = 0.93,
+    ) -> None:
+        """token_bytes: a token's text (to find lines and separators); tokenize: text to
+        tokens, to find the spaced form of a line's first word (" web" in "### web-02" for
+        "web" at the start of a data line); q_template, q_value: the estimates given to copied
+        template tokens and to substituted value tokens."""
+        self._token_bytes = token_bytes
+        self._tokenize = tokenize
+        self._kinds: dict[int, int] = {}
+        self.q_template = q_template
+        self.q_value = q_value
+        self._prompt_seen = False
+        # data rows: rows[r] = fields, each a tuple of tokens; starts: token -> [(row, field)]
+        self.rows: list[list[tuple[int, ...]]] = []
+        self._starts: dict[int, list[tuple[int, int, bool]]] = {}  # token -> (row, field, spaced)
+        # forms[(row, field, spaced)]: a field's tokens as in the prompt (spaced=False) and
+        # as written after a space (" Ghent" is " Gh" "ent", not " " "G" "h" "ent")
+        self._forms: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        # normalized stream: symbols, and the data row of each value symbol (-1 otherwise)
+        self._sym: list[int] = []
+        self._sym_row: list[int] = []
+        self._sym_spaced: list[bool] = []  # a value whose first token took a space
+        # key (last L symbols) -> (latest end index, previous end index)
+        self._seen: dict[tuple[int, ...], tuple[int, int]] = {}
+        # The value being written: (row, field, offset, spaced) and its tokens so far. It
+        # joins the normalized stream once it has copied its whole field; if it stops short
+        # its tokens join as text ("80" in "below 80" is not the field "87").
+        self._open: tuple[int, int, int, bool] | None = None
+        self._open_tokens: list[int] = []
+        # row and field of the last whole value
+        self._last_row = -1
+        self._last_field = -1
+
+    def __len__(self) -> int:
+        return len(self._sym)
+
+    # --- observing -------------------------------------------------------------------
+
+    def observe(self, tokens: Iterable[int]) -> None:
+        toks = int_list(tokens)
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            self._find_rows(toks)
+            for t in toks:
+                self._push(t, -1)
+            return
+        for t in toks:
+            self._observe_output(t)
+
+    def _kind(self, token: int) -> int:
+        kind = self._kinds.get(token)
+        if kind is None:
+            raw = self._token_bytes(token)
+            if b"\n" in raw:
+                kind = _Kind.NEWLINE
+            elif raw and all(c in _BLANK_CHARS for c in raw):
+                # "," or ", " separates fields; a lone " " may sit inside one ("python 3.8")
+                kind = _Kind.SEPARATOR if any(c in _SEPARATOR_CHARS for c in raw) else _Kind.SPACE
+            else:
+                kind = _Kind.OTHER
+            self._kinds[token] = kind
+        return kind
+
+    def _find_rows(self, tokens: list[int]) -> None:
+        lines: list[list[tuple[int, ...]]] = []
+        fields: list[tuple[int, ...]] = []
+        cur: list[int] = []
+        for t in tokens:
+            kind = self._kind(t)
+            if kind == _Kind.OTHER or (kind == _Kind.SPACE and cur):
+                cur.append(t)
+                continue
+            if kind == _Kind.SPACE:
+                continue  # space before a field
+            while cur and self._kind(cur[-1]) == _Kind.SPACE:
+                cur.pop()  # space after a field
+            if cur:
+                fields.append(tuple(cur))
+                cur = []
+            if kind == _Kind.NEWLINE:
+                lines.append(fields)
+                fields = []
+        while cur and self._kind(cur[-1]) == _Kind.SPACE:
+            cur.pop()
+        if cur:
+            fields.append(tuple(cur))
+        lines.append(fields)
+        # the biggest block of consecutive lines with the same field count (>= 2)
+        best: tuple[int, int, int] = (0, 0, 0)  # (cells, start, end)
+        start = 0
+        for i in range(1, len(lines) + 1):
+            if i == len(lines) or len(lines[i]) != len(lines[start]):
+                count, width = i - start, len(lines[start])
+                if count >= 2 and width >= 2 and count * width > best[0]:
+                    best = (count * width, start, i)
+                start = i
+        self.rows = lines[best[1] : best[2]]
+        if len(self.rows) >= 3 and self._is_header(self.rows[0], tokens):
+            del self.rows[0]
+        if sum(len(row) for row in self.rows) > _MAX_FIELDS:
+            self.rows = []  # not a report's data: too big to tokenize every field twice
+        for r, row in enumerate(self.rows):
+            for f, field in enumerate(row):
+                self._add_form((r, f, False), field)
+                spaced = self._with_space(field)
+                if spaced is not None:
+                    self._add_form((r, f, True), spaced)
+
+    def _add_form(self, key: tuple[int, int, bool], tokens: tuple[int, ...]) -> None:
+        self._forms[key] = tokens
+        self._starts.setdefault(tokens[0], []).append(key)
+
+    def _is_header(self, row: list[tuple[int, ...]], tokens: list[int]) -> bool:
+        """A block's first line is its header (column names, not data) when most of its
+        words also occur elsewhere in the prompt: the template names the same columns."""
+        prompt = self._text(tokens).lower()
+        words = [w for w in (self._text(f).strip(" ()[]:").lower() for f in row) if sum(c.isalpha() for c in w) >= 3]
+        named = sum(prompt.count(w) >= 2 for w in words)
+        return len(words) >= 2 and 2 * named >= len(row)
+
+    def _text(self, tokens: Iterable[int]) -> str:
+        return b"".join(self._token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def _with_space(self, field: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The tokens of " " + the field's text, for a field that does not start with a space."""
+        raw = b"".join(self._token_bytes(t) for t in field)
+        if self._tokenize is None or raw[:1].isspace():
+            return None
+        try:
+            toks = tuple(self._tokenize(" " + raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            return None
+        if not toks or toks == field or not self._token_bytes(toks[0]).strip():
+            return None  # same tokens, or a lone " " first: the raw form follows it as is
+        return toks
+
+    def _observe_output(self, t: int) -> None:
+        if self._open is not None:
+            r, f, o, spaced = self._open
+            if self._forms[(r, f, spaced)][o + 1] != t:
+                # another field that starts the same way ("web-01" or "web-02")?
+                other = self._field_start(self._open_tokens + [t])
+                if other is None or other[2] != spaced:
+                    # it stopped before the field's end: text that only began like a value
+                    pending, self._open, self._open_tokens = self._open_tokens, None, []
+                    for p in pending:
+                        self._push(p, -1)
+                    self._start_value(t)
+                    return
+                r, f = other[0], other[1]
+            self._open = (r, f, o + 1, spaced)
+            self._open_tokens.append(t)
+            if o + 2 == len(self._forms[(r, f, spaced)]):
+                self._close_value()
+            return
+        self._start_value(t)
+
+    def _start_value(self, t: int) -> None:
+        start = self._field_start([t])
+        if start is None:
+            self._push(t, -1)
+            return
+        r, f, spaced = start
+        self._open, self._open_tokens = (r, f, 0, spaced), [t]
+        if len(self._forms[(r, f, spaced)]) == 1:
+            self._close_value()
+
+    def _close_value(self) -> None:
+        """The open value copied its whole field: it becomes one symbol of the stream."""
+        assert self._open is not None
+        r, f, _, spaced = self._open
+        self._open, self._open_tokens = None, []
+        self._last_row, self._last_field = r, f
+        self._push(VALUE + f, r, spaced)
+
+    def _field_start(self, prefix: list[int]) -> tuple[int, int, bool] | None:
+        """The (row, field, spaced) whose field the tokens `prefix` most likely begin to
+        copy: a later field of the row in use, then the next row, then the same row again
+        (a value said twice), then the nearest row."""
+        places = self._starts.get(prefix[0])
+        if not places:
+            return None
+        if len(prefix) > 1:
+            rest = tuple(prefix[1:])
+            places = [p for p in places if self._forms[p][1 : len(prefix)] == rest]
+            if not places:
+                return None
+        row, field = self._last_row, self._last_field
+
+        def rank(p: tuple[int, int, bool]) -> tuple[int, int, int]:
+            if p[0] == row:
+                return (0 if p[1] > field else 2, 0, p[1])
+            if p[0] == row + 1:
+                return (1, 0, p[1])
+            return (3, abs(p[0] - row - 1), p[0] * 1000 + p[1])
+
+        return min(places, key=rank)
+
+    def _push(self, symbol: int, row: int, spaced: bool = False) -> None:
+        sym = self._sym
+        sym.append(symbol)
+        self._sym_row.append(row)
+        self._sym_spaced.append(spaced)
+        end = len(sym) - 1
+        seen = self._seen
+        for n in range(1, min(_LONGEST, len(sym)) + 1):
+            key = tuple(sym[-n:])
+            prev = seen.get(key)
+            seen[key] = (end, prev[0] if prev is not None else -1)
+
+    # --- proposing -------------------------------------------------------------------
+
+    def propose(self, max_depth: int, max_candidates: int) -> list[Candidate]:
+        if not self.rows or max_depth <= 0 or len(self._sym) < 2:
+            return []
+        # A value being written is read both ways: as that value (finish it, then what
+        # followed the value), or as text that only begins like one ("8" of "below 80").
+        readings: list[tuple[list[int], bool]] = [([], False)]
+        if self._open is not None:
+            readings = [([VALUE + self._open[1]], True), (list(self._open_tokens), False)]
+        found = [(n, end, finish) for tail, finish in readings for n, end in self._matches(tail)]
+        found.sort(key=lambda m: -m[0])  # longest match first (stable: values first on ties)
+        out: list[Candidate] = []
+        seen: set[tuple[int, ...]] = set()
+        for length, prev_end, finish in found:
+            cand = self._draft(length, prev_end, max_depth, finish)
+            if cand is not None and (key := tuple(cand.tokens.tolist())) not in seen:
+                seen.add(key)
+                out.append(cand)
+                if len(out) >= max_candidates:
+                    break
+        return out
+
+    def _matches(self, tail: list[int]) -> list[tuple[int, int]]:
+        """(length, end index) of earlier occurrences of the suffixes of the normalized
+        stream + `tail`, the latest one for each length, longest first, each place once. A
+        shorter match can be the better one: "\n\n###" may last occur in the prompt's
+        template while "###" alone finds the previous record."""
+        sym = self._sym[-_LONGEST:] + tail
+        end = len(self._sym) - 1  # the stream's own last symbol matches only itself
+        out: list[tuple[int, int]] = []
+        for n in range(min(_LONGEST, len(sym)), 0, -1):
+            latest, prev = self._seen.get(tuple(sym[-n:]), (-1, -1))
+            earlier = prev if latest == end and not tail else latest
+            if earlier >= 0 and (earlier < end or tail) and all(e != earlier for _, e in out):
+                out.append((n, earlier))
+        return out
+
+    def _draft(self, length: int, prev_end: int, max_depth: int, finish: bool) -> Candidate | None:
+        """What followed the match ending at `prev_end`, values taken from the current row;
+        with `finish`, the rest of the value being written first."""
+        tokens: list[int] = []
+        qs: list[float] = []
+        # a one-symbol match is weak evidence of where in the record we are
+        q_tpl = self.q_template if length >= 2 else 0.7 * self.q_template
+        row = self._last_row
+        if finish and self._open is not None:
+            r, f, o, spaced = self._open
+            row = r
+            for t in self._forms[(r, f, spaced)][o + 1 :]:
+                tokens.append(t)
+                qs.append(self.q_value)
+        shift = self._shift(prev_end, max_depth, row)
+        sym, rows = self._sym, self._sym_row
+        j = prev_end + 1
+        while len(tokens) < max_depth and j < len(sym):
+            s = sym[j]
+            if s < VALUE:
+                tokens.append(s)
+                qs.append(q_tpl)
+            else:
+                r = rows[j] + shift if shift is not None else -1
+                f = s - VALUE
+                # written with a space before or not, as the copied value was
+                value = self._forms.get((r, f, self._sym_spaced[j]))
+                if value is None:
+                    break  # past the last data row, a row of another shape, no such form
+                tokens.extend(value)
+                qs.extend([self.q_value] * len(value))
+            j += 1
+        if not tokens:
+            return None
+        del tokens[max_depth:], qs[max_depth:]
+        return Candidate(np.array(tokens, dtype=np.int32), np.array(qs, dtype=np.float32), SOURCE_RECORD)
+
+    def _shift(self, prev_end: int, max_scan: int, row: int) -> int | None:
+        """Rows between the record being written (its row so far: `row`) and the one the
+        match copies from.
+
+        The last value at or before the match's end sits at the same place of the copied
+        record as the last value written sits in the current one, so their rows differ by
+        the shift: 1 between consecutive records, 0 inside one record, and also 1 at the
+        start of a record (the copied record's start follows the record before it). With no
+        value before the match (the first record was copied), the first value after it says
+        which row the copied record used, and the current record uses the next one.
+        """
+        if row < 0:
+            return None
+        rows = self._sym_row
+        for j in range(prev_end, max(prev_end - 512, -1), -1):
+            if rows[j] >= 0:
+                shift = row - rows[j]
+                return shift if shift >= 0 else None
+        for j in range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows))):
+            if rows[j] >= 0:
+                return row + 1 - rows[j] if row >= rows[j] else None
+        return None

@@ -1,0 +1,146 @@
+"""The record index: drafting the next record of a templated report, values from the data rows."""
+
+from __future__ import annotations
+
+from lookahead.index.records import RecordIndex
+
+
+class Vocab:
+    """A toy tokenizer: greedy longest match over a word list, else one character per token."""
+
+    def __init__(self, words: list[str] = ()) -> None:  # type: ignore[assignment]
+        self.pieces: list[str] = []
+        self.ids: dict[str, int] = {}
+        for w in words:
+            self.id(w)
+        self.longest = max((len(w) for w in words), default=1)
+
+    def id(self, piece: str) -> int:
+        if piece not in self.ids:
+            self.ids[piece] = len(self.pieces)
+            self.pieces.append(piece)
+        return self.ids[piece]
+
+    def encode(self, text: str) -> list[int]:
+        out, i = [], 0
+        while i < len(text):
+            for n in range(min(self.longest, len(text) - i), 0, -1):
+                if text[i : i + n] in self.ids or n == 1:
+                    out.append(self.id(text[i : i + n]))
+                    i += n
+                    break
+        return out
+
+    def decode(self, tokens: list[int]) -> str:
+        return "".join(self.pieces[t] for t in tokens)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.pieces[token].encode()
+
+
+PROMPT = """Write a section per server:
+### <name>
+- CPU: <cpu>%
+- Disk: <disk>%
+- Status: OK if every value is below 80
+- Note: <a sentence>
+
+Servers (name, cpu, disk):
+web-01, 42, 55
+web-02, 87, 58
+db-01, 35, 77
+"""
+
+OUTPUT = """### web-01
+- CPU: 42%
+- Disk: 55%
+- Status: OK if every value is below 80
+- Note: fine.
+
+### web-02
+- CPU: 87%
+- Disk: 58%
+- Status: OK if every value is below 80
+- Note: busy cpu.
+
+### db-01
+- CPU: 35%
+- Disk: 77%
+"""
+
+
+def index_after(vocab: Vocab, prompt: str, written: str) -> RecordIndex:
+    index = RecordIndex(vocab.token_bytes, vocab.encode)
+    index.observe(vocab.encode(prompt))
+    for t in vocab.encode(written):  # token by token, as a generation would
+        index.observe([t])
+    return index
+
+
+def drafts(vocab: Vocab, index: RecordIndex, depth: int = 100) -> list[str]:
+    return [vocab.decode(c.tokens.tolist()) for c in index.propose(depth, 3)]
+
+
+def test_data_rows_found_and_header_dropped() -> None:
+    vocab = Vocab()
+    index = index_after(vocab, PROMPT, "")
+    rows = [[vocab.decode(list(f)) for f in row] for row in index.rows]
+    assert rows == [["web-01", "42", "55"], ["web-02", "87", "58"], ["db-01", "35", "77"]]
+
+
+def test_next_record_drafted_with_next_rows_values() -> None:
+    vocab = Vocab()
+    start = OUTPUT.index("### web-02") + len("### ")
+    index = index_after(vocab, PROMPT, OUTPUT[:start])
+    expected = "web-02\n- CPU: 87%\n- Disk: 58%\n- Status: OK if every value is below 80\n- Note: "
+    assert any(d.startswith(expected) for d in drafts(vocab, index)), drafts(vocab, index)
+
+
+def test_value_being_written_is_finished_then_the_template_goes_on() -> None:
+    vocab = Vocab()
+    start = OUTPUT.index("- CPU: 87") + len("- CPU: 8")
+    index = index_after(vocab, PROMPT, OUTPUT[:start])
+    assert any(d.startswith("7%\n- Disk: 58%\n- Status:") for d in drafts(vocab, index))
+
+
+def test_third_record_uses_third_row() -> None:
+    vocab = Vocab()
+    start = OUTPUT.index("### db-01") + len("### db-01")
+    index = index_after(vocab, PROMPT, OUTPUT[:start])
+    assert any(d.startswith("\n- CPU: 35%\n- Disk: 77%\n") for d in drafts(vocab, index))
+
+
+def test_number_in_the_template_is_not_a_value() -> None:
+    # "8" of "below 80" starts like the field "87", but "80" is template text: the draft
+    # after "below 8" must go on with "0" first: the earlier record wrote it as text
+    vocab = Vocab()
+    start = OUTPUT.index("below 80", OUTPUT.index("web-02")) + len("below 8")
+    index = index_after(vocab, PROMPT, OUTPUT[:start])
+    found = drafts(vocab, index)
+    assert found and found[0].startswith("0\n- Note: "), found
+
+
+def test_spaced_form_of_a_line_start_field() -> None:
+    # At the start of a data line "Ghent" is "G" "h" "ent"; after "Shop:" the model writes
+    # " Gh" "ent": the field is still recognized and the next record gets " Lyon"-style names.
+    vocab = Vocab([" Gh", "ent", " Ly", "on", " Po", "rto"])
+    prompt = "Per shop:\n## Shop: <city>\nsales <n>\n\nData:\nGhent, 12\nLyon, 40\nPorto, 7\n"
+    written = "## Shop: Ghent\nsales 12\n\n## Shop:"
+    index = index_after(vocab, prompt, written)
+    assert any(d.startswith(" Lyon\nsales 40\n") for d in drafts(vocab, index)), drafts(vocab, index)
+
+
+def test_no_data_rows_no_drafts() -> None:
+    vocab = Vocab()
+    index = index_after(vocab, "Write a poem about the sea.\n", "The sea, the sea, the sea")
+    assert index.rows == []
+    assert drafts(vocab, index) == []
+
+
+def test_drafts_respect_max_depth() -> None:
+    vocab = Vocab()
+    start = OUTPUT.index("### web-02") + len("### ")
+    index = index_after(vocab, PROMPT, OUTPUT[:start])
+    found = index.propose(5, 3)
+    assert found and all(len(c.tokens) <= 5 for c in found)
+    assert all(0 < q <= 1 for c in found for q in c.q.tolist())
