@@ -30,6 +30,7 @@ LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
     # adaptive without the record index (its effect on templated reports)
     "no_records": DraftConfig(records=False),
     "adaptive_chain": DraftConfig(branches=1),
+    "adaptive_g13": DraftConfig(min_gain=1.3),
     # tree vs chain at the same fixed budget of 16 verified nodes per step
     "tree": DraftConfig(adaptive=False, k=16, budget=16, branches=3),
     "chain": DraftConfig(adaptive=False, k=16, budget=16, branches=1),

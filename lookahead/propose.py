@@ -6,6 +6,12 @@ candidate gave it, with that candidate's source tag. Max, not noisy-or: the sour
 the same stream, so two of them agreeing is mostly the same evidence seen twice, and
 noisy-or would push q towards 1 for nothing.
 
+Siblings are different tokens at one position, so at most one of them is right: their q
+may not add up to more than 1. Two sources that disagree can each claim 0.9 (the suffix
+index copying the last record's value, the record index the next row's); then the most
+confident child keeps its q and the others share what is left, in order, so a confident
+disagreement does not buy a second long branch that cannot both be right.
+
 The tree is then chosen best-first by path probability p (product of q from the root):
 
     heap <- the root's children
@@ -59,6 +65,9 @@ def build_tree(
                 trie_q[child] = q
                 trie_src[child] = cand.source
             node = child
+    for kids in children:
+        if len(kids) > 1:
+            _share(trie_q, list(kids.values()))
 
     tokens: list[int] = []
     parents: list[int] = []
@@ -98,6 +107,14 @@ def build_tree(
         np.array(qs, dtype=np.float32),
         np.array(ps, dtype=np.float32),
     )
+
+
+def _share(q: list[float], siblings: list[int]) -> None:
+    """Cap the siblings' q so they add up to at most 1, the most confident first."""
+    left = 1.0
+    for node in sorted(siblings, key=lambda i: (-q[i], i)):
+        q[node] = min(q[node], max(left, 0.01))  # 0.01: a node never drops to p = 0
+        left -= q[node]
 
 
 class Proposer:

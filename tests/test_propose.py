@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +41,16 @@ def trie_of(cands: list[Candidate], max_depth: int) -> dict[tuple[int, ...], tup
             q = float(c.q[j])
             if key not in best or q > best[key][0]:
                 best[key] = (q, c.source)
+    # siblings are exclusive: the most confident keeps its q, the others share what is left
+    by_parent: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    for key in best:  # first-seen order breaks ties, as the trie's node numbers do
+        by_parent.setdefault(key[:-1], []).append(key)
+    for sibs in by_parent.values():
+        left = 1.0
+        for _, key in sorted(enumerate(sibs), key=lambda e: (-best[e[1]][0], e[0])):
+            q = min(best[key][0], max(left, 0.01))
+            best[key] = (q, best[key][1])
+            left -= q
     return best
 
 
@@ -107,6 +118,19 @@ def test_merge_keeps_max_q_and_its_source() -> None:
     assert build_tree(cands, budget=2, max_depth=5, branches=2).tokens.tolist() == [1, 2]
     assert build_tree(cands, budget=10, max_depth=1, branches=2).tokens.tolist() == [1]
     assert len(build_tree([], budget=10, max_depth=5, branches=2)) == 0
+
+
+def test_disagreeing_siblings_share_at_most_one() -> None:
+    # two sources each 90% sure of a different token: both cannot be right
+    cands = [
+        cand([5, 6, 7], [0.9, 0.9, 0.9], SOURCE_SUFFIX),
+        cand([8, 9], [0.95, 0.9], SOURCE_NGRAM),
+    ]
+    draft = build_tree(cands, budget=10, max_depth=5, branches=2)
+    first = {int(t): float(q) for t, q, par in zip(draft.tokens, draft.q, draft.parents, strict=True) if par < 0}
+    assert first == pytest.approx({8: 0.95, 5: 0.05})
+    # below the disagreement nothing changes
+    assert float(draft.q[draft.tokens.tolist().index(6)]) == pytest.approx(0.9)
 
 
 def test_proposer_fans_out_and_drafts_the_repeat() -> None:

@@ -130,6 +130,18 @@ def test_spaced_form_of_a_line_start_field() -> None:
     assert any(d.startswith(" Lyon\nsales 40\n") for d in drafts(vocab, index)), drafts(vocab, index)
 
 
+def test_json_lines_data() -> None:
+    # fields split at ":" and ",", quotes and braces stripped: the values are bare
+    vocab = Vocab()
+    prompt = (
+        "One line per host:\nhost <name>: load <load>\n\n"
+        '{"name": "alpha", "load": 12}\n{"name": "beta", "load": 7}\n{"name": "gamma", "load": 30}\n'
+    )
+    index = index_after(vocab, prompt, "host alpha: load 12\nhost beta")
+    # what followed "host alpha", with the next row: up to where the output ends
+    assert any(d.startswith(": load 7\nhost gamma") for d in drafts(vocab, index)), drafts(vocab, index)
+
+
 def test_no_data_rows_no_drafts() -> None:
     vocab = Vocab()
     index = index_after(vocab, "Write a poem about the sea.\n", "The sea, the sea, the sea")

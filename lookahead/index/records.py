@@ -6,9 +6,10 @@ text, so each one breaks their match and the template after it is only found aga
 or two later. This index drafts straight through the values:
 
 1. **Data rows.** In the prompt, a line's fields are its runs of tokens between separator
-   tokens (only whitespace and `,;|` characters). The data block is the biggest run of
-   consecutive lines with the same number (>= 2) of fields: a CSV-like table, a markdown
-   table, one record per line.
+   tokens (made of `,;|:` and tabs, maybe with spaces), without the spaces, quotes and
+   brackets at their edges. The data block is the run of >= 3 consecutive lines with the
+   same number (>= 2) of fields that has the most cells past the first column (a template's
+   "key: <value>" lines have only two columns): a CSV-like or markdown table, JSON lines.
 2. **Values.** Each output token that starts a field of a data row (preferring a later field
    of the row in use, then the next row), and the tokens that go on copying that field,
    form a value. The output is kept a second time, normalized: each value becomes one
@@ -35,8 +36,9 @@ from lookahead.index.walk import int_list
 
 # Normalized symbols for values: VALUE + field number, above any vocabulary.
 VALUE = 1 << 40
-_SEPARATOR_CHARS = frozenset(b"\t,;|")
-_BLANK_CHARS = frozenset(b" \t,;|")
+_SEPARATOR_CHARS = frozenset(b"\t,;|:")
+# Tokens of only these (and no separator) pad a field: dropped at its edges, kept inside it.
+_PAD_CHARS = frozenset(b" \"'`()[]{}")
 _LONGEST = 4  # longest normalized suffix looked up
 _MAX_FIELDS = 4096  # data cells indexed at most
 
@@ -110,8 +112,9 @@ class RecordIndex:
             raw = self._token_bytes(token)
             if b"\n" in raw:
                 kind = _Kind.NEWLINE
-            elif raw and all(c in _BLANK_CHARS for c in raw):
-                # "," or ", " separates fields; a lone " " may sit inside one ("python 3.8")
+            elif raw and all(c in _SEPARATOR_CHARS or c in _PAD_CHARS for c in raw):
+                # "," or ", " separates fields; a lone " " may sit inside one ("python 3.8"),
+                # a quote or bracket around one ("{"name": "web-01"}")
                 kind = _Kind.SEPARATOR if any(c in _SEPARATOR_CHARS for c in raw) else _Kind.SPACE
             else:
                 kind = _Kind.OTHER
@@ -148,11 +151,12 @@ class RecordIndex:
         for i in range(1, len(lines) + 1):
             if i == len(lines) or len(lines[i]) != len(lines[start]):
                 count, width = i - start, len(lines[start])
-                if count >= 2 and width >= 2 and count * width > best[0]:
-                    best = (count * width, start, i)
+                # data has several columns; a template's "key: <value>" lines have two
+                if count >= 3 and width >= 2 and count * (width - 1) > best[0]:
+                    best = (count * (width - 1), start, i)
                 start = i
         self.rows = lines[best[1] : best[2]]
-        if len(self.rows) >= 3 and self._is_header(self.rows[0], tokens):
+        if len(self.rows) >= 3 and self._is_header(self.rows[0], self.rows[1], tokens):
             del self.rows[0]
         if sum(len(row) for row in self.rows) > _MAX_FIELDS:
             self.rows = []  # not a report's data: too big to tokenize every field twice
@@ -167,9 +171,12 @@ class RecordIndex:
         self._forms[key] = tokens
         self._starts.setdefault(tokens[0], []).append(key)
 
-    def _is_header(self, row: list[tuple[int, ...]], tokens: list[int]) -> bool:
-        """A block's first line is its header (column names, not data) when most of its
-        words also occur elsewhere in the prompt: the template names the same columns."""
+    def _is_header(self, row: list[tuple[int, ...]], after: list[tuple[int, ...]], tokens: list[int]) -> bool:
+        """A block's first line is its header (column names, not data) when it shares no
+        field with the next line (JSON lines repeat their keys) and most of its words also
+        occur elsewhere in the prompt: the template names the same columns."""
+        if set(row) & set(after):
+            return False
         prompt = self._text(tokens).lower()
         words = [w for w in (self._text(f).strip(" ()[]:").lower() for f in row) if sum(c.isalpha() for c in w) >= 3]
         named = sum(prompt.count(w) >= 2 for w in words)
