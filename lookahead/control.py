@@ -182,6 +182,9 @@ class ControlConfig:
     # Strength, in trials, of the Beta prior centred on each node's raw q: with no evidence
     # q' = q, and evidence takes over after a few trials.
     prior_trials: float = 2.0
+    # Strength, in trials kept at their promise, of the source-level trust's prior of 1
+    # (see `AcceptanceStats.calibrated`).
+    source_prior_trials: float = 4.0
 
     def __post_init__(self) -> None:
         if min(self.k_max, self.branches, self.window, self.probe_nodes) < 1 or self.budget < 0:
@@ -204,6 +207,8 @@ CHANGE_SHIFT = 0.8
 CHANGE_NATS = 3.0
 # ... and then the cell keeps only this share of its older evidence.
 CHANGE_KEEP = 0.1
+# A cell's prior, the raw q scaled by its source's trust, stays below this.
+PRIOR_CAP = 0.995
 
 
 class AcceptanceStats:
@@ -223,6 +228,10 @@ class AcceptanceStats:
         self._trials = np.zeros_like(self._hits)
         self._up = np.zeros_like(self._hits)
         self._down = np.zeros_like(self._hits)
+        # per source: decayed hits and the sum of the raw q of the same trials (the hits the
+        # source promised); their ratio scales the prior of every cell of that source
+        self._src_hits = np.zeros(len(self._hits) // N_BINS)
+        self._src_promised = np.zeros_like(self._src_hits)
         self._depth_hits = np.zeros(config.k_max + 2)
         self._depth_trials = np.zeros(config.k_max + 2)
         # per-trial forgetting inside a cell, and per-step forgetting of everything
@@ -245,14 +254,31 @@ class AcceptanceStats:
             self._trials = np.concatenate([self._trials, np.zeros(grow)])
             self._up = np.concatenate([self._up, np.zeros(grow)])
             self._down = np.concatenate([self._down, np.zeros(grow)])
+            more = len(self._hits) // N_BINS - len(self._src_hits)
+            self._src_hits = np.concatenate([self._src_hits, np.zeros(more)])
+            self._src_promised = np.concatenate([self._src_promised, np.zeros(more)])
         return src * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
 
     def calibrated(self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]) -> Floats:
-        """q' of each node: its source's recent record at its level of confidence."""
+        """q' of each node: its source's recent record at its level of confidence.
+
+        Two levels: a cell (source, q bin) with trials follows its own hit rate; its prior,
+        worth `prior_trials` trials, is the raw q scaled by how well the source as a whole
+        kept its promises lately (hits / sum of q over its recent trials, all bins pooled).
+        A source that claims 0.9 and is right a third of the time is then doubted in every
+        bin at once, not bin by bin. The trust is at most 1 (a cell learns on its own that
+        its source is too modest), fades back to 1 with the rest of the evidence, and
+        returns to 1 at once when a cell of its source changes regime.
+        """
         cells = self.cells(q, sources)
+        src = sources.astype(np.intp)
+        k = self.config.source_prior_trials
+        # at most 1: never more sure than the source itself (cells learn underconfidence)
+        trust = np.minimum((self._src_hits[src] + k) / (self._src_promised[src] + k), 1.0)
+        prior = np.minimum(q * trust, PRIOR_CAP)
         c = self.config.prior_trials
-        # Beta posterior mean, prior Beta(c q, c (1 - q))
-        return (self._hits[cells] + c * q) / (self._trials[cells] + c)
+        # Beta posterior mean, prior Beta(c prior, c (1 - prior))
+        return (self._hits[cells] + c * prior) / (self._trials[cells] + c)
 
     def record_step(self, accepted: int) -> None:
         """One verify step accepted `accepted` drafted nodes (0 for plain decoding)."""
@@ -267,6 +293,8 @@ class AcceptanceStats:
         self._trials *= self._keep_step
         self._depth_hits *= self._keep_step
         self._depth_trials *= self._keep_step
+        self._src_hits *= self._keep_step
+        self._src_promised *= self._keep_step
 
     def record_trials(
         self,
@@ -303,9 +331,14 @@ class AcceptanceStats:
             if u > CHANGE_NATS or dn > CHANGE_NATS:
                 keep *= CHANGE_KEEP
                 u = dn = 0.0
+                s = i // N_BINS  # the source's record is from the old regime: drop it
+                self._src_hits[s] = self._src_promised[s] = 0.0
             up[i], down[i] = max(u, 0.0), max(dn, 0.0)
             hits[i] = h * keep + w
             trials[i] = t * keep + k
+        src = sources.astype(np.intp)
+        np.add.at(self._src_hits, src, hit.astype(np.float64))
+        np.add.at(self._src_promised, src, q.astype(np.float64))
         d = np.minimum(depth, len(self._depth_trials) - 1)
         self._depth_trials += np.bincount(d, minlength=len(self._depth_trials))
         self._depth_hits += np.bincount(d, weights=hit, minlength=len(self._depth_hits))

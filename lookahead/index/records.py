@@ -41,6 +41,7 @@ _SEPARATOR_CHARS = frozenset(b"\t,;|:")
 _PAD_CHARS = frozenset(b" \"'`()[]{}")
 _LONGEST = 4  # longest normalized suffix looked up
 _MAX_FIELDS = 4096  # data cells indexed at most
+_Q_NUMBER = 0.5  # q factor for a digit copied from an earlier record's text (not its data)
 
 
 class _Kind:
@@ -66,6 +67,7 @@ class RecordIndex:
         self._token_bytes = token_bytes
         self._tokenize = tokenize
         self._kinds: dict[int, int] = {}
+        self._numbers: dict[int, bool] = {}
         self.q_template = q_template
         self.q_value = q_value
         self._prompt_seen = False
@@ -105,6 +107,12 @@ class RecordIndex:
             return
         for t in toks:
             self._observe_output(t)
+
+    def _numeric(self, token: int) -> bool:
+        number = self._numbers.get(token)
+        if number is None:
+            number = self._numbers[token] = any(c in b"0123456789" for c in self._token_bytes(token))
+        return number
 
     def _kind(self, token: int) -> int:
         kind = self._kinds.get(token)
@@ -331,7 +339,9 @@ class RecordIndex:
             s = sym[j]
             if s < VALUE:
                 tokens.append(s)
-                qs.append(q_tpl)
+                # a number outside the data is likely computed ("average 44.27"): it
+                # changes from record to record
+                qs.append(q_tpl * _Q_NUMBER if self._numeric(s) else q_tpl)
             else:
                 r = rows[j] + shift if shift is not None else -1
                 f = s - VALUE
