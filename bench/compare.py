@@ -107,6 +107,23 @@ def machine_info(model: lookahead.Model, threads: int) -> dict[str, Any]:
     }
 
 
+def cost_info(model: lookahead.Model) -> dict[str, Any]:
+    """The verify cost curve the controller used (measured at load, refined by every step)
+    and what it allows: n tokens per batch of n at best, so n * t(1) / t(n) is the speedup
+    if every drafted token were accepted."""
+    cost = model.drafting.cost
+    sizes = (1, 2, 4, 8, 16, 32, 48, 64)
+    t = {n: cost.seconds(n) for n in sizes}
+    ceiling = {n: n * t[1] / t[n] for n in sizes}
+    best = max(ceiling, key=lambda n: ceiling[n])
+    return {
+        "t1_ms": round(1000 * t[1], 2),
+        "relative": {n: round(t[n] / t[1], 2) for n in sizes},
+        "ceiling": round(ceiling[best], 2),
+        "ceiling_batch": best,
+    }
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text()
@@ -166,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     records = run_all(runners, tasks, args.repeats, args.max_tokens, err)
     summary = summarize(records, args.methods)
     info = machine_info(model, args.threads)
+    info["verify_cost"] = cost_info(model)
     result = {
         "command": command,
         "started": started,
@@ -187,7 +205,11 @@ def main(argv: list[str] | None = None) -> None:
         f"`{command}`  ",
         f"{info['cpu']}, {info['threads']} threads of {info['affinity']} CPUs, "
         f"llama-cpp-python {info['versions']['llama-cpp-python']}, commit {info['commit']}, "
-        f"{args.repeats} repeats, {args.max_tokens} max tokens, greedy, {started}",
+        f"{args.repeats} repeats, {args.max_tokens} max tokens, greedy, {started}  ",
+        "verify cost t(n)/t(1): "
+        + ", ".join(f"{n}: {r}" for n, r in info["verify_cost"]["relative"].items() if n > 1)
+        + f" (t(1) = {info['verify_cost']['t1_ms']} ms); at best, every draft accepted: "
+        f"{info['verify_cost']['ceiling']}x (batches of {info['verify_cost']['ceiling_batch']})",
     ]
     table = markdown(summary, header)
     md = args.out.parent / (args.out.name.removesuffix(".json") + ".md")

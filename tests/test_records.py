@@ -88,6 +88,14 @@ def test_data_rows_found_and_header_dropped() -> None:
     assert rows == [["web-01", "42", "55"], ["web-02", "87", "58"], ["db-01", "35", "77"]]
 
 
+def test_first_record_drafted_from_the_templates_placeholders() -> None:
+    # "<cpu>" names the header's column "cpu": the template itself, with row 1's values
+    vocab = Vocab()
+    index = index_after(vocab, PROMPT, "### ")
+    expected = "web-01\n- CPU: 42%\n- Disk: 55%\n- Status: OK if every value is below 80\n- Note: <a"
+    assert any(d.startswith(expected) for d in drafts(vocab, index)), drafts(vocab, index)
+
+
 def test_next_record_drafted_with_next_rows_values() -> None:
     vocab = Vocab()
     start = OUTPUT.index("### web-02") + len("### ")

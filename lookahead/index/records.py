@@ -41,6 +41,7 @@ _SEPARATOR_CHARS = frozenset(b"\t,;|:")
 _PAD_CHARS = frozenset(b" \"'`()[]{}")
 _LONGEST = 4  # longest normalized suffix looked up
 _MAX_FIELDS = 4096  # data cells indexed at most
+_TEMPLATE_ROW = -2  # the row of a template placeholder's value symbol: before the first
 _Q_NUMBER = 0.5  # q factor for a digit copied from an earlier record's text (not its data)
 
 
@@ -71,6 +72,7 @@ class RecordIndex:
         self.q_template = q_template
         self.q_value = q_value
         self._prompt_seen = False
+        self._columns: list[str] = []  # the data block's header, lowercased last words
         # data rows: rows[r] = fields, each a tuple of tokens; starts: token -> [(row, field)]
         self.rows: list[list[tuple[int, ...]]] = []
         self._starts: dict[int, list[tuple[int, int, bool]]] = {}  # token -> (row, field, spaced)
@@ -102,8 +104,7 @@ class RecordIndex:
         if not self._prompt_seen:
             self._prompt_seen = True
             self._find_rows(toks)
-            for t in toks:
-                self._push(t, -1)
+            self._push_prompt(toks)
             return
         for t in toks:
             self._observe_output(t)
@@ -165,7 +166,8 @@ class RecordIndex:
                 start = i
         self.rows = lines[best[1] : best[2]]
         if len(self.rows) >= 3 and self._is_header(self.rows[0], self.rows[1], tokens):
-            del self.rows[0]
+            # column names, to read the template's placeholders ("<region>") as fields
+            self._columns = [self._column_name(f) for f in self.rows.pop(0)]
         if sum(len(row) for row in self.rows) > _MAX_FIELDS:
             self.rows = []  # not a report's data: too big to tokenize every field twice
         for r, row in enumerate(self.rows):
@@ -177,7 +179,55 @@ class RecordIndex:
 
     def _add_form(self, key: tuple[int, int, bool], tokens: tuple[int, ...]) -> None:
         self._forms[key] = tokens
-        self._starts.setdefault(tokens[0], []).append(key)
+        if self._token_bytes(tokens[0]).strip():  # a lone " " first is its own token in text
+            self._starts.setdefault(tokens[0], []).append(key)
+
+    def _column_name(self, field: tuple[int, ...]) -> str:
+        words = self._text(field).lower().replace("(", " ").replace(")", " ").split()
+        return words[-1] if words else ""
+
+    def _push_prompt(self, tokens: list[int]) -> None:
+        """The prompt into the normalized stream, each template placeholder naming a column
+        ("<region>", "<old version>" for the column "old") as that field's value symbol of a
+        row before the first: so the first record can be drafted from the template."""
+        i = 0
+        while i < len(tokens):
+            found = self._placeholder(tokens, i) if self._columns else None
+            if found is None:
+                self._push(tokens[i], -1)
+                i += 1
+                continue
+            before, field, spaced, after, i = found
+            for t in before:
+                self._push(t, -1)
+            self._push(VALUE + field, _TEMPLATE_ROW, spaced)
+            for t in after:
+                self._push(t, -1)
+
+    def _placeholder(self, tokens: list[int], i: int) -> tuple[list[int], int, bool, list[int], int] | None:
+        """A "<name>" placeholder opening at token i: (tokens before the "<", field,
+        spaced, tokens after the ">", index past it), or None."""
+        opening = self._text([tokens[i]])
+        if not opening.endswith("<") or self._tokenize is None:
+            return None
+        for j in range(i + 1, min(i + 8, len(tokens))):
+            text = self._text([tokens[j]])
+            if ">" not in text:
+                continue
+            inner = self._text(tokens[i + 1 : j]) + text[: text.index(">")]
+            name = inner.strip().lower()
+            field = next(
+                (f for f, col in enumerate(self._columns) if col and (name == col or name.startswith(col + " "))),
+                None,
+            )
+            if field is None:
+                return None
+            lead, rest = opening[:-1], text[text.index(">") + 1 :]
+            spaced = lead.endswith(" ") or (lead == "" and opening.startswith(" "))
+            before = self._tokenize(lead.rstrip(" ")) if lead.rstrip(" ") else []
+            after = self._tokenize(rest) if rest else []
+            return before, field, spaced, after, j + 1
+        return None
 
     def _is_header(self, row: list[tuple[int, ...]], after: list[tuple[int, ...]], tokens: list[int]) -> bool:
         """A block's first line is its header (column names, not data) when it shares no
@@ -194,17 +244,18 @@ class RecordIndex:
         return b"".join(self._token_bytes(t) for t in tokens).decode("utf-8", "replace")
 
     def _with_space(self, field: tuple[int, ...]) -> tuple[int, ...] | None:
-        """The tokens of " " + the field's text, for a field that does not start with a space."""
+        """The tokens of " " + the field's text (the field itself if it starts with a space;
+        maybe a lone " " token and then the field, as digits are written)."""
         raw = b"".join(self._token_bytes(t) for t in field)
-        if self._tokenize is None or raw[:1].isspace():
+        if raw[:1].isspace():
+            return field
+        if self._tokenize is None:
             return None
         try:
             toks = tuple(self._tokenize(" " + raw.decode("utf-8")))
         except UnicodeDecodeError:
             return None
-        if not toks or toks == field or not self._token_bytes(toks[0]).strip():
-            return None  # same tokens, or a lone " " first: the raw form follows it as is
-        return toks
+        return toks or None
 
     def _observe_output(self, t: int) -> None:
         if self._open is not None:
@@ -343,7 +394,7 @@ class RecordIndex:
                 # changes from record to record
                 qs.append(q_tpl * _Q_NUMBER if self._numeric(s) else q_tpl)
             else:
-                r = rows[j] + shift if shift is not None else -1
+                r = (-1 if rows[j] == _TEMPLATE_ROW else rows[j]) + shift if shift is not None else -1
                 f = s - VALUE
                 # written with a space before or not, as the copied value was
                 value = self._forms.get((r, f, self._sym_spaced[j]))
@@ -368,14 +419,21 @@ class RecordIndex:
         value before the match (the first record was copied), the first value after it says
         which row the copied record used, and the current record uses the next one.
         """
-        if row < 0:
-            return None
         rows = self._sym_row
+        if row < 0:
+            # nothing written yet: the first record, copied from the template, uses row 0
+            ahead = range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows)))
+            if not any(rows[j] == _TEMPLATE_ROW for j in ahead):
+                return None
+            row = 0
         for j in range(prev_end, max(prev_end - 512, -1), -1):
-            if rows[j] >= 0:
-                shift = row - rows[j]
+            if rows[j] >= 0 or rows[j] == _TEMPLATE_ROW:
+                prior = -1 if rows[j] == _TEMPLATE_ROW else rows[j]
+                shift = row - prior
                 return shift if shift >= 0 else None
         for j in range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows))):
+            if rows[j] == _TEMPLATE_ROW:
+                return row + 1  # the template's placeholders stand for row -1
             if rows[j] >= 0:
                 return row + 1 - rows[j] if row >= rows[j] else None
         return None
