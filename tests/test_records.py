@@ -96,6 +96,25 @@ def test_first_record_drafted_from_the_templates_placeholders() -> None:
     assert any(d.startswith(expected) for d in drafts(vocab, index)), drafts(vocab, index)
 
 
+def test_placeholders_left_for_the_model_are_doubted() -> None:
+    # "<a sentence>" names no column: the model writes something there, so the draft's
+    # estimate drops at its "<" (the controller then stops before it)
+    vocab = Vocab()
+    index = index_after(vocab, PROMPT, "### ")
+    cand = next(c for c in index.propose(100, 3) if vocab.decode(c.tokens.tolist()).startswith("web-01"))
+    text = [vocab.decode([t]) for t in cand.tokens.tolist()]
+    at = text.index("<")
+    assert float(cand.q[at]) <= 0.1 < float(cand.q[at - 1])
+
+
+def test_a_match_inside_a_data_line_copies_one_field() -> None:
+    vocab = Vocab()
+    index = index_after(vocab, PROMPT, "### web-01\n- CPU: 4")
+    found = drafts(vocab, index)
+    assert "2" in found  # "4" read as text matches the data line "42, 55": the field's rest only
+    assert not any(d.startswith("2,") for d in found), found
+
+
 def test_next_record_drafted_with_next_rows_values() -> None:
     vocab = Vocab()
     start = OUTPUT.index("### web-02") + len("### ")

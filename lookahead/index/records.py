@@ -43,6 +43,8 @@ _LONGEST = 4  # longest normalized suffix looked up
 _MAX_FIELDS = 4096  # data cells indexed at most
 _TEMPLATE_ROW = -2  # the row of a template placeholder's value symbol: before the first
 _Q_NUMBER = 0.5  # q factor for a digit copied from an earlier record's text (not its data)
+_Q_ONCE = 0.85  # q factor for text seen only once (not yet repeated by two records)
+_Q_PLACEHOLDER = 0.1  # q factor for a template's own "<...>" placeholder text
 
 
 class _Kind:
@@ -73,6 +75,9 @@ class RecordIndex:
         self.q_value = q_value
         self._prompt_seen = False
         self._columns: list[str] = []  # the data block's header, lowercased last words
+        self._data_tokens = (0, 0)  # the data block in the prompt's tokens ...
+        self._data_span = (0, 0)  # ... and in the normalized stream
+        self._prompt_len = 0  # symbols of the prompt in the normalized stream
         # data rows: rows[r] = fields, each a tuple of tokens; starts: token -> [(row, field)]
         self.rows: list[list[tuple[int, ...]]] = []
         self._starts: dict[int, list[tuple[int, int, bool]]] = {}  # token -> (row, field, spaced)
@@ -84,7 +89,7 @@ class RecordIndex:
         self._sym_row: list[int] = []
         self._sym_spaced: list[bool] = []  # a value whose first token took a space
         # key (last L symbols) -> (latest end index, previous end index)
-        self._seen: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._seen: dict[tuple[int, ...], tuple[int, int, int]] = {}  # + how many times
         # The value being written: (row, field, offset, spaced) and its tokens so far. It
         # joins the normalized stream once it has copied its whole field; if it stops short
         # its tokens join as text ("80" in "below 80" is not the field "87").
@@ -105,9 +110,25 @@ class RecordIndex:
             self._prompt_seen = True
             self._find_rows(toks)
             self._push_prompt(toks)
+            self._prompt_len = len(self._sym)
             return
         for t in toks:
             self._observe_output(t)
+
+    def _text_factor(self, j: int) -> float:
+        """How far to trust copying symbol j of the normalized stream as template text."""
+        s = self._sym[j]
+        if j < self._prompt_len and b"<" in self._token_bytes(s):
+            return _Q_PLACEHOLDER  # "<major, minor or patch>": the model fills it in
+        factor = 1.0
+        if self._numeric(s):
+            # a number outside the data is likely computed ("average 44.27"): it changes
+            # from record to record
+            factor *= _Q_NUMBER
+        if j >= 2 and self._seen.get(tuple(self._sym[j - 2 : j + 1]), (0, 0, 0))[2] < 2:
+            # written once so far: free text of one record as much as template
+            factor *= _Q_ONCE
+        return factor
 
     def _numeric(self, token: int) -> bool:
         number = self._numbers.get(token)
@@ -132,9 +153,10 @@ class RecordIndex:
 
     def _find_rows(self, tokens: list[int]) -> None:
         lines: list[list[tuple[int, ...]]] = []
+        ends: list[int] = []  # token index just past each line
         fields: list[tuple[int, ...]] = []
         cur: list[int] = []
-        for t in tokens:
+        for i, t in enumerate(tokens):
             kind = self._kind(t)
             if kind == _Kind.OTHER or (kind == _Kind.SPACE and cur):
                 cur.append(t)
@@ -148,12 +170,14 @@ class RecordIndex:
                 cur = []
             if kind == _Kind.NEWLINE:
                 lines.append(fields)
+                ends.append(i + 1)
                 fields = []
         while cur and self._kind(cur[-1]) == _Kind.SPACE:
             cur.pop()
         if cur:
             fields.append(tuple(cur))
         lines.append(fields)
+        ends.append(len(tokens))
         # the biggest block of consecutive lines with the same field count (>= 2)
         best: tuple[int, int, int] = (0, 0, 0)  # (cells, start, end)
         start = 0
@@ -165,6 +189,8 @@ class RecordIndex:
                     best = (count * (width - 1), start, i)
                 start = i
         self.rows = lines[best[1] : best[2]]
+        if self.rows:  # the block's tokens: drafts never copy the data lines themselves
+            self._data_tokens = (ends[best[1] - 1] if best[1] > 0 else 0, ends[best[2] - 1])
         if len(self.rows) >= 3 and self._is_header(self.rows[0], self.rows[1], tokens):
             # column names, to read the template's placeholders ("<region>") as fields
             self._columns = [self._column_name(f) for f in self.rows.pop(0)]
@@ -191,7 +217,11 @@ class RecordIndex:
         ("<region>", "<old version>" for the column "old") as that field's value symbol of a
         row before the first: so the first record can be drafted from the template."""
         i = 0
+        first, last = self._data_tokens
+        span: list[int] = []  # where the data block begins and ends in the normalized stream
         while i < len(tokens):
+            while len(span) < 2 and i >= (first, last)[len(span)]:
+                span.append(len(self._sym))
             found = self._placeholder(tokens, i) if self._columns else None
             if found is None:
                 self._push(tokens[i], -1)
@@ -203,6 +233,8 @@ class RecordIndex:
             self._push(VALUE + field, _TEMPLATE_ROW, spaced)
             for t in after:
                 self._push(t, -1)
+        span += [len(self._sym)] * (2 - len(span))
+        self._data_span = (span[0], span[1])
 
     def _placeholder(self, tokens: list[int], i: int) -> tuple[list[int], int, bool, list[int], int] | None:
         """A "<name>" placeholder opening at token i: (tokens before the "<", field,
@@ -329,7 +361,7 @@ class RecordIndex:
         for n in range(1, min(_LONGEST, len(sym)) + 1):
             key = tuple(sym[-n:])
             prev = seen.get(key)
-            seen[key] = (end, prev[0] if prev is not None else -1)
+            seen[key] = (end, prev[0], prev[2] + 1) if prev is not None else (end, -1, 1)
 
     # --- proposing -------------------------------------------------------------------
 
@@ -363,7 +395,7 @@ class RecordIndex:
         end = len(self._sym) - 1  # the stream's own last symbol matches only itself
         out: list[tuple[int, int]] = []
         for n in range(min(_LONGEST, len(sym)), 0, -1):
-            latest, prev = self._seen.get(tuple(sym[-n:]), (-1, -1))
+            latest, prev, _ = self._seen.get(tuple(sym[-n:]), (-1, -1, 0))
             earlier = prev if latest == end and not tail else latest
             if earlier >= 0 and (earlier < end or tail) and all(e != earlier for _, e in out):
                 out.append((n, earlier))
@@ -386,13 +418,14 @@ class RecordIndex:
         shift = self._shift(prev_end, max_depth, row)
         sym, rows = self._sym, self._sym_row
         j = prev_end + 1
+        in_data = self._data_span[0] <= j < self._data_span[1]
         while len(tokens) < max_depth and j < len(sym):
             s = sym[j]
+            if in_data and self._kind(s) in (_Kind.SEPARATOR, _Kind.NEWLINE):
+                break  # a match inside a data line copies the rest of that field only
             if s < VALUE:
                 tokens.append(s)
-                # a number outside the data is likely computed ("average 44.27"): it
-                # changes from record to record
-                qs.append(q_tpl * _Q_NUMBER if self._numeric(s) else q_tpl)
+                qs.append(q_tpl * self._text_factor(j))
             else:
                 r = (-1 if rows[j] == _TEMPLATE_ROW else rows[j]) + shift if shift is not None else -1
                 f = s - VALUE
