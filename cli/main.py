@@ -14,7 +14,7 @@ from lookahead import models
 
 app = typer.Typer(
     help="Faster local LLM generation on CPUs with model-free speculative decoding "
-    "(n-gram / suffix / corpus drafts, verified exactly by the model).",
+    "(n-gram / suffix / corpus / report-record drafts, verified exactly by the model).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -74,6 +74,12 @@ def generate(
     corpus: Annotated[
         list[Path] | None, typer.Option(help="A folder to draft from as a static corpus (repeatable).")
     ] = None,
+    no_records: Annotated[
+        bool,
+        typer.Option(
+            "--no-records", help="Do not draft report records from the prompt's data rows (see README)."
+        ),
+    ] = False,
     no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")
@@ -109,6 +115,7 @@ def generate(
                 branches=branches,
                 exact=exact,
                 corpora=tuple(corpus or ()),
+                records=not no_records,
             ),
             as_json=as_json,
             n_ctx=n_ctx,

@@ -28,6 +28,9 @@ PROMPTS = [
     "# Python list comprehension examples\nsquares = [x * x for x in range(10)]\n",
     "Dear team,\n\nThis week we",
     "Ingredients:\n- 2 cups flour\n- 1 cup sugar\n",
+    # a templated report with data rows: the record index drafts here
+    "Servers (name, cpu, disk):\nweb-01, 42, 55\nweb-02, 87, 58\ndb-01, 35, 77\n\n"
+    "### web-01\n- CPU: 42%\n- Disk: 55%\n\n### web-02\n- CPU:",
 ]
 
 CONFIGS = [
