@@ -6,6 +6,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,3 +153,20 @@ def test_propose_is_greedy_then_alternatives(stream: list[int], depth: int, n_ca
     first = index.next_tokens(stream, limit=2)
     if n_cand > 1 and len(first) == 2 and first[1][1] >= index.min_p:
         assert len(cands) >= 2
+
+
+def test_a_token_keeps_the_q_of_the_highest_order_that_saw_it() -> None:
+    # Found by hypothesis: after "... 2 2, 1" the longest context has seen 1 and 0 (q 0.125
+    # each), but asked for one option it ranked only 1, below the floor, and the lower
+    # order listed 0 again with q 0.143, so the draft depended on how many options were
+    # asked for and went past the greedy chain.
+    stream = [1, 0, 1, 0, 2, 0, 2, 1, 0, 2, 1, 1, 0, 2, 2]
+    index = NgramIndex(max_order=ORDER, min_p=0.01)
+    index.observe(stream)
+    q_all = dict(index.next_tokens(stream + [1]))
+    for cand in index.propose(2, 1) + index.propose(2, 3):
+        toks = cand.tokens.tolist()
+        if len(toks) == 2:
+            assert float(cand.q[1]) == pytest.approx(dict(index.next_tokens(stream + toks[:1]))[toks[1]])
+    assert [c.tokens.tolist() for c in index.propose(2, 1)] == [[1]]
+    assert q_all[0] == pytest.approx(q_all[1])
