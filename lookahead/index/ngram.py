@@ -132,11 +132,11 @@ class NgramIndex:
         at most `limit`, stopping once q would fall below `floor`."""
         table = self._table
         out: list[tuple[int, float, Ctx]] = []
-        listed: set[int] = set()
         # Tokens a higher order has seen get their q there, even when `limit` or `floor`
         # cut that order's list short: a lower order must not list them again with another
         # q (its estimate can be higher), or q would depend on how many options were asked.
-        higher: list[dict[int, int] | int] = []
+        listed: set[int] = set()  # listed, or the one follower a higher order has seen
+        higher: list[dict[int, int]] = []  # the followers of higher orders with several
         full = len(ctx) == self.max_order
         w = 1.0  # the mass left for tokens the higher orders did not list
         for k in range(len(ctx), 0, -1):
@@ -155,7 +155,7 @@ class NgramIndex:
                 else:
                     ranked = heapq.nlargest(need, fol.items(), key=itemgetter(1))
                 for t, v in ranked:
-                    if t in listed or any(t == h if isinstance(h, int) else t in h for h in higher):
+                    if t in listed or any(t in h for h in higher):
                         continue
                     q = w * (v >> _SHIFT) / denom
                     if q < floor:
@@ -164,7 +164,10 @@ class NgramIndex:
                     out.append((t, q, ctx[1:] + (t,) if full else ctx + (t,)))
                     if len(out) >= limit:
                         return out
-                higher.append(e[_BEST] if fol is None else fol)
+                if fol is None:
+                    listed.add(e[_BEST])
+                else:
+                    higher.append(fol)
                 w *= d / denom
             if w < floor:
                 break

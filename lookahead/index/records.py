@@ -41,7 +41,8 @@ _SEPARATOR_CHARS = frozenset(b"\t,;|:")
 _PAD_CHARS = frozenset(b" \"'`()[]{}")
 _LONGEST = 4  # longest normalized suffix looked up
 _MAX_FIELDS = 4096  # data cells indexed at most
-_TEMPLATE_ROW = -2  # the row of a template placeholder's value symbol: before the first
+_TEMPLATE_ROW = -1  # the row of a template placeholder's value symbol: before the first
+_TEXT = -2  # the "row" of a symbol that is not a value
 _Q_NUMBER = 0.5  # q factor for a digit copied from an earlier record's text (not its data)
 _Q_ONCE = 0.85  # q factor for text seen only once (not yet repeated by two records)
 _Q_PLACEHOLDER = 0.1  # q factor for a template's own "<...>" placeholder text
@@ -75,21 +76,21 @@ class RecordIndex:
         self.q_value = q_value
         self._prompt_seen = False
         self._columns: list[str] = []  # the data block's header, lowercased last words
-        self._data_tokens = (0, 0)  # the data block in the prompt's tokens ...
-        self._data_span = (0, 0)  # ... and in the normalized stream
+        self._data_span = (0, 0)  # the data block in the normalized stream
         self._prompt_len = 0  # symbols of the prompt in the normalized stream
-        # data rows: rows[r] = fields, each a tuple of tokens; starts: token -> [(row, field)]
+        # data rows: rows[r] = fields, each a tuple of tokens
         self.rows: list[list[tuple[int, ...]]] = []
         self._starts: dict[int, list[tuple[int, int, bool]]] = {}  # token -> (row, field, spaced)
         # forms[(row, field, spaced)]: a field's tokens as in the prompt (spaced=False) and
         # as written after a space (" Ghent" is " Gh" "ent", not " " "G" "h" "ent")
         self._forms: dict[tuple[int, int, bool], tuple[int, ...]] = {}
-        # normalized stream: symbols, and the data row of each value symbol (-1 otherwise)
+        # normalized stream: symbols, the data row of each value symbol (_TEMPLATE_ROW for a
+        # template placeholder, _TEXT for a symbol that is not a value)
         self._sym: list[int] = []
         self._sym_row: list[int] = []
         self._sym_spaced: list[bool] = []  # a value whose first token took a space
-        # key (last L symbols) -> (latest end index, previous end index)
-        self._seen: dict[tuple[int, ...], tuple[int, int, int]] = {}  # + how many times
+        # key (last L symbols) -> (latest end index, previous end index, occurrences)
+        self._seen: dict[tuple[int, ...], tuple[int, int, int]] = {}
         # The value being written: (row, field, offset, spaced) and its tokens so far. It
         # joins the normalized stream once it has copied its whole field; if it stops short
         # its tokens join as text ("80" in "below 80" is not the field "87").
@@ -108,8 +109,7 @@ class RecordIndex:
         toks = int_list(tokens)
         if not self._prompt_seen:
             self._prompt_seen = True
-            self._find_rows(toks)
-            self._push_prompt(toks)
+            self._push_prompt(toks, self._find_rows(toks))
             self._prompt_len = len(self._sym)
             return
         for t in toks:
@@ -151,7 +151,8 @@ class RecordIndex:
             self._kinds[token] = kind
         return kind
 
-    def _find_rows(self, tokens: list[int]) -> None:
+    def _find_rows(self, tokens: list[int]) -> tuple[int, int]:
+        """Find the data rows (and a header's column names); returns the block's token span."""
         lines: list[list[tuple[int, ...]]] = []
         ends: list[int] = []  # token index just past each line
         fields: list[tuple[int, ...]] = []
@@ -189,8 +190,7 @@ class RecordIndex:
                     best = (count * (width - 1), start, i)
                 start = i
         self.rows = lines[best[1] : best[2]]
-        if self.rows:  # the block's tokens: drafts never copy the data lines themselves
-            self._data_tokens = (ends[best[1] - 1] if best[1] > 0 else 0, ends[best[2] - 1])
+        span = (ends[best[1] - 1] if best[1] > 0 else 0, ends[best[2] - 1]) if self.rows else (0, 0)
         if len(self.rows) >= 3 and self._is_header(self.rows[0], self.rows[1], tokens):
             # column names, to read the template's placeholders ("<region>") as fields
             self._columns = [self._column_name(f) for f in self.rows.pop(0)]
@@ -202,6 +202,7 @@ class RecordIndex:
                 spaced = self._with_space(field)
                 if spaced is not None:
                     self._add_form((r, f, True), spaced)
+        return span
 
     def _add_form(self, key: tuple[int, int, bool], tokens: tuple[int, ...]) -> None:
         self._forms[key] = tokens
@@ -212,27 +213,27 @@ class RecordIndex:
         words = self._text(field).lower().replace("(", " ").replace(")", " ").split()
         return words[-1] if words else ""
 
-    def _push_prompt(self, tokens: list[int]) -> None:
+    def _push_prompt(self, tokens: list[int], data: tuple[int, int]) -> None:
         """The prompt into the normalized stream, each template placeholder naming a column
         ("<region>", "<old version>" for the column "old") as that field's value symbol of a
-        row before the first: so the first record can be drafted from the template."""
+        row before the first: so the first record can be drafted from the template. `data`:
+        the data block's token span, located again in the normalized stream."""
         i = 0
-        first, last = self._data_tokens
         span: list[int] = []  # where the data block begins and ends in the normalized stream
         while i < len(tokens):
-            while len(span) < 2 and i >= (first, last)[len(span)]:
+            while len(span) < 2 and i >= data[len(span)]:
                 span.append(len(self._sym))
             found = self._placeholder(tokens, i) if self._columns else None
             if found is None:
-                self._push(tokens[i], -1)
+                self._push(tokens[i])
                 i += 1
                 continue
             before, field, spaced, after, i = found
             for t in before:
-                self._push(t, -1)
+                self._push(t)
             self._push(VALUE + field, _TEMPLATE_ROW, spaced)
             for t in after:
-                self._push(t, -1)
+                self._push(t)
         span += [len(self._sym)] * (2 - len(span))
         self._data_span = (span[0], span[1])
 
@@ -272,13 +273,16 @@ class RecordIndex:
         named = sum(prompt.count(w) >= 2 for w in words)
         return len(words) >= 2 and 2 * named >= len(row)
 
+    def _bytes(self, tokens: Iterable[int]) -> bytes:
+        return b"".join(self._token_bytes(t) for t in tokens)
+
     def _text(self, tokens: Iterable[int]) -> str:
-        return b"".join(self._token_bytes(t) for t in tokens).decode("utf-8", "replace")
+        return self._bytes(tokens).decode("utf-8", "replace")
 
     def _with_space(self, field: tuple[int, ...]) -> tuple[int, ...] | None:
         """The tokens of " " + the field's text (the field itself if it starts with a space;
         maybe a lone " " token and then the field, as digits are written)."""
-        raw = b"".join(self._token_bytes(t) for t in field)
+        raw = self._bytes(field)
         if raw[:1].isspace():
             return field
         if self._tokenize is None:
@@ -299,7 +303,7 @@ class RecordIndex:
                     # it stopped before the field's end: text that only began like a value
                     pending, self._open, self._open_tokens = self._open_tokens, None, []
                     for p in pending:
-                        self._push(p, -1)
+                        self._push(p)
                     self._start_value(t)
                     return
                 r, f = other[0], other[1]
@@ -313,7 +317,7 @@ class RecordIndex:
     def _start_value(self, t: int) -> None:
         start = self._field_start([t])
         if start is None:
-            self._push(t, -1)
+            self._push(t)
             return
         r, f, spaced = start
         self._open, self._open_tokens = (r, f, 0, spaced), [t]
@@ -351,7 +355,7 @@ class RecordIndex:
 
         return min(places, key=rank)
 
-    def _push(self, symbol: int, row: int, spaced: bool = False) -> None:
+    def _push(self, symbol: int, row: int = _TEXT, spaced: bool = False) -> None:
         sym = self._sym
         sym.append(symbol)
         self._sym_row.append(row)
@@ -427,7 +431,7 @@ class RecordIndex:
                 tokens.append(s)
                 qs.append(q_tpl * self._text_factor(j))
             else:
-                r = (-1 if rows[j] == _TEMPLATE_ROW else rows[j]) + shift if shift is not None else -1
+                r = rows[j] + shift if shift is not None else -1
                 f = s - VALUE
                 # written with a space before or not, as the copied value was
                 value = self._forms.get((r, f, self._sym_spaced[j]))
@@ -453,20 +457,15 @@ class RecordIndex:
         which row the copied record used, and the current record uses the next one.
         """
         rows = self._sym_row
-        if row < 0:
-            # nothing written yet: the first record, copied from the template, uses row 0
-            ahead = range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows)))
-            if not any(rows[j] == _TEMPLATE_ROW for j in ahead):
-                return None
-            row = 0
+        # A template placeholder is row -1 to whatever record copies it; nothing written
+        # yet (row -1) means the first record, row 0.
         for j in range(prev_end, max(prev_end - 512, -1), -1):
-            if rows[j] >= 0 or rows[j] == _TEMPLATE_ROW:
-                prior = -1 if rows[j] == _TEMPLATE_ROW else rows[j]
-                shift = row - prior
+            if rows[j] != _TEXT:
+                shift = max(row, 0) - rows[j]
                 return shift if shift >= 0 else None
         for j in range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows))):
             if rows[j] == _TEMPLATE_ROW:
-                return row + 1  # the template's placeholders stand for row -1
-            if rows[j] >= 0:
+                return max(row, 0) + 1
+            if rows[j] != _TEXT:
                 return row + 1 - rows[j] if row >= rows[j] else None
         return None
