@@ -51,6 +51,7 @@ import bisect
 import json
 import logging
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -86,8 +87,21 @@ __all__ = ["SHIPPED_CORPORA", "CorpusError", "CorpusIndex", "CorpusParams"]
 
 log = logging.getLogger(__name__)
 
-# The corpora shipped with the source tree (python/, markdown/ ...).
-SHIPPED_CORPORA = Path(__file__).resolve().parents[2] / "corpora"
+
+def _shipped_corpora() -> Path:
+    """The corpora/ folder shipped with lookahead (python/, markdown/ ...).
+
+    A source checkout (or editable install) has it beside the package; a wheel installs it
+    as data files under <prefix>/share/lookahead/corpora (pyproject's data-files), since a
+    top-level folder cannot be package data.
+    """
+    beside = Path(__file__).resolve().parents[2] / "corpora"
+    if beside.is_dir():
+        return beside
+    return Path(sys.prefix) / "share" / "lookahead" / "corpora"
+
+
+SHIPPED_CORPORA = _shipped_corpora()
 
 # (lo, hi, j): the continuations seqs[lo:hi] share their first j tokens.
 Node = tuple[int, int, int]
