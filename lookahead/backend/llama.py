@@ -477,15 +477,20 @@ class LlamaBackend:
         self.parked = 0
 
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
-        """Seconds for one decode of n chained tokens at the current position, per n (median)."""
-        out: dict[int, float] = {}
+        """Seconds for one decode of n chained tokens at the current position, per n (median).
+
+        Rounds visit every size once, in a shuffled order (fixed seed), and the first round
+        only warms caches: a machine that slows down or speeds up during the measurement
+        (another process, frequency scaling) then moves every size alike, instead of
+        making the sizes measured last look dearer than the rest.
+        """
         b = self._batch
         start = self.n_past
-        for n in sizes:
-            if n > self.n_batch or start + n > self.n_ctx:
-                continue
-            times = []
-            for _ in range(repeats + 1):  # the first run warms caches and is dropped
+        todo = [int(n) for n in sizes if n <= self.n_batch and start + n <= self.n_ctx]
+        times: dict[int, list[float]] = {n: [] for n in todo}
+        rng = np.random.default_rng(0)
+        for rnd in range(repeats + 1):
+            for n in rng.permutation(todo).tolist():
                 b.token[:n] = np.arange(n, dtype=np.int32) % self.n_vocab
                 b.pos[:n] = np.arange(start, start + n, dtype=np.int32)
                 b.n_seq_id[:n] = 1
@@ -493,7 +498,8 @@ class LlamaBackend:
                 b.logits[:n] = 1
                 t0 = time.perf_counter()
                 self._decode(n)
-                times.append(time.perf_counter() - t0)
+                seconds = time.perf_counter() - t0
                 ll.llama_memory_seq_rm(self._mem, -1, start, -1)
-            out[n] = float(np.median(times[1:]))
-        return out
+                if rnd:
+                    times[n].append(seconds)
+        return {n: float(np.median(times[n])) for n in todo}
