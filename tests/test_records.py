@@ -110,9 +110,33 @@ def test_placeholders_left_for_the_model_are_doubted() -> None:
 def test_a_match_inside_a_data_line_copies_one_field() -> None:
     vocab = Vocab()
     index = index_after(vocab, PROMPT, "### web-01\n- CPU: 4")
+    index.max_candidates = 4  # the text reading is not the best match: ask for more drafts
     found = drafts(vocab, index)
     assert "2" in found  # "4" read as text matches the data line "42, 55": the field's rest only
     assert not any(d.startswith("2,") for d in found), found
+
+
+def test_only_the_best_match_is_drafted() -> None:
+    vocab = Vocab()
+    index = index_after(vocab, PROMPT, "### web-01\n- CPU: 4")
+    assert len(index.propose(64, 4)) == 1
+    index.max_candidates = 4
+    assert len(index.propose(64, 4)) > 1
+
+
+def test_short_matches_give_lower_estimates() -> None:
+    vocab = Vocab()
+    lo, hi = OUTPUT.index("### web-02"), OUTPUT.index("### db-01")
+    weak, strong = [], []
+    for cut in range(lo, hi):
+        index = index_after(vocab, PROMPT, OUTPUT[:cut])
+        for length, end in index._matches([]):
+            cand = index._draft(length, end, 100, False)
+            if cand is not None:
+                (weak if length == 1 else strong).append(float(cand.q.max()))
+    assert weak and max(strong) >= index.q_value
+    # after a one-symbol match, values are doubted like the template tokens around them
+    assert max(weak) <= 0.7 * index.q_template + 1e-6
 
 
 def test_next_record_drafted_with_next_rows_values() -> None:
