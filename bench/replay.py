@@ -1,0 +1,244 @@
+"""Offline replay: the real drafter and controller against stored plain outputs, in seconds.
+
+Greedy decoding accepts a drafted token exactly when it equals the model's own next token,
+so once a prompt's plain (greedy) output is known, any drafting configuration can be run
+against it without the model: a verifier answers each step with one-hot logits of that
+output, and time is modeled, each step costing t(n + 1) from this machine's calibrated cost
+curve. Two configurations then compare deterministically, free of timing noise, on a whole
+prompt set in a few seconds. It is a tool for tuning the drafting core: the speed it reports
+is a model (it leaves out the Python side, 2-3% of a step), so claims come from compare.py.
+
+`--oracle` adds a bound: the same drafts, but each step verifies the prefix that is best
+knowing which of its tokens are right (what a perfect controller would make of them).
+
+    python -m bench.replay                          # bench prompts, outputs from compare's JSON
+    python -m bench.replay --set tune --record      # the tune set's plain outputs, generated once
+    python -m bench.replay --set tune --config branches=1 --config min_gain=1.25 --oracle
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import lookahead
+from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
+from lookahead.backend.llama import BackendConfig
+from lookahead.control import Controller, CostModel
+from lookahead.draft import Draft
+from lookahead.drafting import DraftConfig
+from lookahead.engine import Done, GenerationConfig, generate
+
+RESULTS = Path(__file__).parent / "results"
+
+
+class TruthVerifier:
+    """A Verifier whose model writes `truth`: one-hot logits, a clock moved by t(n + 1)."""
+
+    def __init__(self, truth: list[int], n_vocab: int, cost: Any, token_bytes: Any) -> None:
+        self.truth, self.n_vocab, self.cost = truth, n_vocab, cost
+        self.token_bytes = token_bytes
+        self.n_ctx, self.max_branches = 1 << 20, 16
+        self.n_past = 0
+        self.done = 0  # output tokens committed (the root of the next step is truth[done - 1])
+        self.now = 0.0
+
+    @property
+    def n_used(self) -> int:
+        return self.n_past
+
+    def reset(self) -> None:
+        self.n_past = self.done = 0
+
+    def prefill(self, tokens: Any) -> None:
+        self.n_past += len(tokens)
+
+    def verify(self, root: int, draft: Draft) -> _Rows:
+        self.now += self.cost(len(draft) + 1)
+        return _Rows(self, draft)
+
+    def commit(self, draft: Draft, accepted: list[int]) -> None:
+        self.n_past += 1 + len(accepted)
+        self.done += 1 + len(accepted)
+
+    def is_eog(self, token: int) -> bool:
+        return False
+
+    def next_token(self, offset: int) -> int:
+        i = self.done + offset
+        return self.truth[i] if i < len(self.truth) else 0
+
+
+class _Rows:
+    """Row 0 predicts the next output token; a node's row, the token after its path if the
+    path is the output's, else anything (token 0)."""
+
+    def __init__(self, v: TruthVerifier, draft: Draft) -> None:
+        self.v, self.draft = v, draft
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        out = np.zeros(self.v.n_vocab, np.float32)
+        depth = 0
+        if row > 0:
+            path = self.draft.path_to(row - 1)
+            if any(int(self.draft.tokens[j]) != self.v.next_token(k) for k, j in enumerate(path)):
+                out[0] = 1.0
+                return out
+            depth = len(path)
+        out[self.v.next_token(depth)] = 1.0
+        return out
+
+
+def oracle_choice(controller: Controller, v: TruthVerifier, cost: Any) -> Any:
+    """A choose() that verifies the prefix best for this step, knowing the right tokens
+    (set it as the controller's choose; it still calls the original, whose state observe()
+    reads)."""
+    inner = controller.choose
+
+    def choose(draft: Draft) -> int:
+        inner(draft)
+        limit = controller.limit(draft)
+        ok = np.zeros(limit, dtype=bool)  # node i is on the output's path
+        best, best_rate = 0, 1.0 / cost(1)
+        deepest = 0  # accepted tokens if the first i + 1 nodes are verified
+        for i in range(limit):
+            parent = int(draft.parents[i])
+            ok[i] = (parent < 0 or ok[parent]) and int(draft.tokens[i]) == v.next_token(
+                int(draft.depth[i]) - 1
+            )
+            if ok[i]:
+                deepest = max(deepest, int(draft.depth[i]))
+            rate = (deepest + 1) / cost(i + 2)
+            if rate > best_rate:
+                best, best_rate = i + 1, rate
+        return best
+
+    return choose
+
+
+def load_truth(path: Path) -> dict[str, list[int]]:
+    """Plain outputs by task id: the first plain run of a compare.py JSON, or --record's."""
+    data = json.loads(path.read_text())
+    out: dict[str, list[int]] = {}
+    for run in data["runs"]:
+        if run["method"] == "plain":
+            out.setdefault(run["task"], run["tokens"])
+    return out
+
+
+def record(model: lookahead.Model, tasks: list[Task], max_tokens: int, path: Path) -> None:
+    runs = []
+    for task in tasks:
+        r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=DraftConfig(enabled=False))
+        runs.append({"task": task.id, "kind": task.kind, "method": "plain", "repeat": 0, "tokens": r.tokens})
+        print(f"recorded {task.id}: {len(r.tokens)} tokens", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"max_tokens": max_tokens, "runs": runs}))
+
+
+def _config(pairs: list[str]) -> DraftConfig:
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        values[key.strip()] = ast.literal_eval(text.strip())
+    return replace(DraftConfig(), **values)
+
+
+def replay(
+    model: lookahead.Model, tasks: list[Task], truth: dict[str, list[int]], config: DraftConfig,
+    *, oracle: bool, shared: bool, verbose: bool,
+) -> dict[str, list[float]]:
+    calibration = model.calibrate()
+    sizes = sorted(calibration)
+
+    def cost(n: int) -> float:
+        return float(np.interp(n, sizes, [calibration[k] for k in sizes]))
+
+    speedups: dict[str, list[float]] = {}
+    for task in tasks:
+        if task.id not in truth:
+            print(f"{task.id}: no stored plain output (run with --record)")
+            continue
+        out = truth[task.id]
+        state = model.drafting
+        state.cost = CostModel(calibration)  # the modeled clock follows it exactly
+        if not shared:
+            state.controllers.clear()
+        v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
+        drafter, policy = state.drafter(config), state.policy(config)
+        if oracle and isinstance(policy, Controller):
+            policy.choose = oracle_choice(policy, v, cost)  # type: ignore[method-assign]
+        prompt = model.prompt_tokens(task.prompt, task.chat)
+        steps: list[str] = []
+        result = None
+        for event in generate(
+            v, prompt, GenerationConfig(max_tokens=len(out)), drafter, policy, clock=lambda v=v: v.now
+        ):
+            if isinstance(event, Done):
+                result = event.result
+            elif verbose:
+                text = b"".join(model.backend.token_bytes(t) for t in event.tokens).decode("utf-8", "replace")
+                steps.append((f"[{event.drafted}/{event.accepted}]" if event.drafted else "") + repr(text)[1:-1])
+        assert result is not None and result.tokens == out, f"{task.id}: the replay left the output"
+        s = result.stats
+        x = len(out) * cost(1) / s.decode_s
+        speedups.setdefault(task.kind, []).append(x)
+        drafting = sum(1 for k in s.k_trace if k) / max(s.steps, 1)
+        print(f"{task.id:28s} {x:5.2f}x  steps {s.steps:4d}  accepted {s.accepted:4d}  "
+              f"drafted {s.drafted:5d}  drafting {drafting:4.0%}")
+        if verbose:
+            print("   " + " ".join(steps))
+    return speedups
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="model name or .gguf path")
+    p.add_argument("--set", dest="prompt_set", choices=PROMPT_SETS, default="bench")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {','.join(KINDS)}")
+    p.add_argument("--truth", type=Path, default=None,
+                   help="JSON of plain outputs (default: --record's file for the set, else compare.py's)")
+    p.add_argument("--record", action="store_true", help="generate the set's plain outputs first")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens per plain output (--record)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="DraftConfig field to change (repeatable), e.g. branches=1")
+    p.add_argument("--oracle", action="store_true", help="also replay with a perfect controller")
+    p.add_argument("--shared", action="store_true", help="one controller across prompts, as a server")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("-v", "--verbose", action="store_true", help="print every step")
+    args = p.parse_args(argv)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    name = Path(args.model).name.removesuffix(".gguf")
+    recorded = RESULTS / f"plain-{name}-{args.prompt_set}.json"
+    path = args.truth or (recorded if recorded.exists() or args.record or args.prompt_set != "bench"
+                          else RESULTS / f"compare-{name}.json")
+    tasks = load_tasks(kinds, prompt_set=args.prompt_set)
+    config = _config(args.config)
+    model = lookahead.load(args.model, backend=BackendConfig(n_threads=args.threads))
+    if args.record:
+        record(model, tasks, args.max_tokens, path)
+    if not path.exists():
+        p.error(f"no plain outputs at {path}: run with --record, or bench.compare first")
+    truth = load_truth(path)
+    t0 = time.process_time()
+    runs = [("controller", False)] + ([("oracle", True)] if args.oracle else [])
+    for label, oracle in runs:
+        print(f"== {label}: {config}")
+        speedups = replay(model, tasks, truth, config, oracle=oracle, shared=args.shared, verbose=args.verbose)
+        every = [x for xs in speedups.values() for x in xs]
+        medians = "  ".join(f"{k} {float(np.median(xs)):.3f}" for k, xs in speedups.items())
+        geomean = math.exp(sum(math.log(x) for x in every) / len(every)) if every else float("nan")
+        print(f"modeled speedup, median per kind: {medians}  geomean {geomean:.3f}")
+    print(f"({time.process_time() - t0:.1f} s of CPU)")
+
+
+if __name__ == "__main__":
+    main()

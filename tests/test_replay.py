@@ -1,0 +1,45 @@
+"""The offline replay of bench/replay.py: a verifier that writes a known output, a modeled clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.replay import TruthVerifier, oracle_choice
+from lookahead.control import ControlConfig, Controller, CostModel
+from lookahead.engine import Done, GenerationConfig, generate
+from lookahead.index.suffix import SuffixIndex
+from lookahead.propose import Proposer
+
+TRUTH = [5, 6, 7, 8, 9] * 12 + [3, 4]
+PROMPT = [1, 2] + [5, 6, 7, 8, 9] * 3
+
+
+def cost(n: int) -> float:
+    return 0.01 * (1 + 0.4 * (n - 1))
+
+
+def run(oracle: bool = False) -> tuple[list[int], float, float, int]:
+    v = TruthVerifier(TRUTH, n_vocab=16, cost=cost, token_bytes=lambda t: bytes([97 + t]))
+    ctl = Controller(ControlConfig(), CostModel({n: cost(n) for n in (1, 2, 4, 8, 16, 32, 64)}))
+    if oracle:
+        ctl.choose = oracle_choice(ctl, v, cost)  # type: ignore[method-assign]
+    events = list(
+        generate(v, PROMPT, GenerationConfig(max_tokens=len(TRUTH)), Proposer([SuffixIndex()]), ctl,
+                 clock=lambda: v.now)
+    )
+    last = events[-1]
+    assert isinstance(last, Done)
+    return last.result.tokens, last.result.stats.decode_s, v.now, last.result.stats.steps
+
+
+def test_replay_writes_the_known_output_on_a_modeled_clock() -> None:
+    tokens, decode_s, now, steps = run()
+    assert tokens == TRUTH  # drafts are accepted exactly where they are the output
+    assert decode_s == pytest.approx(now)  # the engine timed the steps with the given clock
+    assert steps < len(TRUTH) and now < len(TRUTH) * cost(1)  # copying paid
+
+
+def test_oracle_is_at_least_as_fast() -> None:
+    tokens, _, oracle_time, _ = run(oracle=True)
+    assert tokens == TRUTH
+    assert oracle_time <= run()[2] + 1e-12
