@@ -48,10 +48,12 @@ if its header names the same content, tokenizer and parameters and its checksum 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import logging
 import os
 import sys
+import sysconfig
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -96,9 +98,13 @@ def _shipped_corpora() -> Path:
     top-level folder cannot be package data.
     """
     beside = Path(__file__).resolve().parents[2] / "corpora"
-    if beside.is_dir():
-        return beside
-    return Path(sys.prefix) / "share" / "lookahead" / "corpora"
+    data = [Path(sysconfig.get_path("data")), Path(sys.prefix)]
+    with contextlib.suppress(KeyError):  # pip install --user puts data files there
+        data.append(Path(sysconfig.get_path("data", f"{os.name}_user")))
+    for path in [beside, *(d / "share" / "lookahead" / "corpora" for d in data)]:
+        if path.is_dir():
+            return path
+    return beside  # none: drafting runs without the shipped corpora
 
 
 SHIPPED_CORPORA = _shipped_corpora()

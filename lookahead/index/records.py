@@ -417,9 +417,9 @@ class RecordIndex:
         with `finish`, the rest of the value being written first."""
         tokens: list[int] = []
         qs: list[float] = []
-        # a one-symbol match is weak evidence of where in the record we are, for the
-        # template tokens and the values it brings alike (a value after a weak match would
-        # otherwise tie with the same place's value after a strong one)
+        # a match of one or two symbols is weak evidence of where in the record we are, for
+        # the template tokens and the values it brings alike (a value after a weak match
+        # would otherwise tie with the same place's value after a strong one)
         weak = _Q_SHORT[length] if length < len(_Q_SHORT) else 1.0
         q_tpl, q_val = weak * self.q_template, weak * self.q_value
         row = self._last_row
