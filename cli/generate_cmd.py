@@ -59,6 +59,14 @@ def run_generate(
     err = Console(stderr=True)
     with _RichProgress(err) as progress:
         lm = load(model, backend=backend_cfg, progress=progress)
+    # One-time measurements (cached per model and machine; ~15 s on a 2-core CPU the first
+    # time): shown, not a silent pause before the first token.
+    if draft_cfg.enabled and draft_cfg.adaptive:
+        with err.status("measuring the verify cost on this machine (cached after the first run)"):
+            lm.calibrate()
+    if draft_cfg.enabled and draft_cfg.exact:
+        with err.status("testing which batch sizes give bit-identical logits"):
+            lm.exact_limits()
     result: Result | None = None
     for event in lm.stream(
         text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg
