@@ -220,14 +220,24 @@ def main(argv: list[str] | None = None) -> None:
     recorded = RESULTS / f"plain-{name}-{args.prompt_set}.json"
     path = args.truth or (recorded if recorded.exists() or args.record or args.prompt_set != "bench"
                           else RESULTS / f"compare-{name}.json")
-    tasks = load_tasks(kinds, prompt_set=args.prompt_set)
-    config = _config(args.config)
+    # bad arguments end with a usage message, before the model is loaded
+    try:
+        tasks = load_tasks(kinds, prompt_set=args.prompt_set)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        config = _config(args.config)
+    except (ValueError, TypeError, SyntaxError) as e:
+        p.error(f"{e} (--config takes DraftConfig fields as KEY=VALUE, VALUE a Python literal)")
+    if not args.record and not path.exists():
+        p.error(f"no plain outputs at {path}: run with --record, or bench.compare first")
     model = lookahead.load(args.model, backend=BackendConfig(n_threads=args.threads))
     if args.record:
         record(model, tasks, args.max_tokens, path)
-    if not path.exists():
-        p.error(f"no plain outputs at {path}: run with --record, or bench.compare first")
-    truth = load_truth(path)
+    try:
+        truth = load_truth(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        p.error(f"{path} is not a file of plain outputs ({type(e).__name__}: {e})")
     t0 = time.process_time()
     runs = [("controller", False)] + ([("oracle", True)] if args.oracle else [])
     for label, oracle in runs:
