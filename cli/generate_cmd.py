@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from cli.models_cmd import _RichProgress
-from lookahead.api import load
+from lookahead.api import EXACT_MIN_CTX, check_prompt_fits, load
 from lookahead.backend.llama import BackendConfig
 from lookahead.drafting import DraftConfig
 from lookahead.engine import Done, Result, Step
+from lookahead.errors import ConfigError, UserError
+from lookahead.index.corpus import CorpusError
+from lookahead.models import check_gguf, default_cache_dir, resolve_model
 from lookahead.sampling import SamplingConfig
 
 
@@ -46,19 +50,35 @@ def run_generate(
     n_ctx: int,
     threads: int,
 ) -> None:
-    # Build every config first: bad values fail before the model is loaded.
+    # Check everything that can be checked before the model loads (seconds to minutes on a
+    # big model): every config, the corpus folders, the prompt's length in tokens.
     sampling_cfg = SamplingConfig(**sampling)
     draft_cfg = DraftConfig(**draft)
     if max_tokens <= 0:
-        raise ValueError(f"--max-tokens must be > 0, got {max_tokens}")
+        raise ConfigError(f"--max-tokens must be > 0, got {max_tokens}")
     if n_ctx < 0:  # llama.cpp takes an unsigned int: -1 would wrap to 4 billion tokens
-        raise ValueError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
+        raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
-        raise ValueError(f"--threads must be >= 0 (0 = all available), got {threads}")
+        raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    if not text.strip():
+        raise UserError("the prompt is empty")
+    if draft_cfg.enabled and draft_cfg.exact and 0 < n_ctx < EXACT_MIN_CTX:
+        raise ConfigError(
+            f"--exact runs a self-test that needs --n-ctx of at least {EXACT_MIN_CTX}, got {n_ctx}"
+        )
+    for folder in draft_cfg.corpora:
+        if not Path(folder).exists():
+            raise CorpusError(f"corpus folder not found: {folder}")
     backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     err = Console(stderr=True)
     with _RichProgress(err) as progress:
+        path = resolve_model(model, default_cache_dir(), progress)
+        check_gguf(path)
+        check_prompt_fits(path, text, chat, n_ctx)
         lm = load(model, backend=backend_cfg, progress=progress)
+    if lm.verdict is not None and not lm.verdict.is_default:
+        failed = "; ".join(f"{t.candidate}: {t.detail}" for t in lm.verdict.trials if not t.ok)
+        err.print(f"[dim]backend: {lm.verdict.candidate.description} ({failed})[/dim]", highlight=False)
     # One-time measurements (cached per model and machine; ~15 s on a 2-core CPU the first
     # time): shown, not a silent pause before the first token.
     if draft_cfg.enabled and draft_cfg.adaptive:

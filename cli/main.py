@@ -9,12 +9,15 @@ from typing import Annotated
 import typer
 
 from cli.errors import fail, handled
-from cli.models_cmd import models_app
+from cli.models_cmd import CacheDirOption, models_app
 from lookahead import models
 
 app = typer.Typer(
     help="Faster local LLM generation on CPUs with model-free speculative decoding "
-    "(n-gram / suffix / corpus / report-record drafts, verified exactly by the model).",
+    "(n-gram / suffix / corpus / report-record drafts, verified by the model in one batch). "
+    "Sampled output has exactly the model's distribution; greedy output is bit-identical to "
+    "plain decoding only with --exact (llama.cpp's batched kernels move logits slightly, so "
+    "the default can differ at near-ties).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -27,9 +30,12 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         fail("give the prompt as an argument or with --prompt-file, not both")
     if prompt_file is not None:
         try:
-            return prompt_file.read_text(encoding="utf-8")
+            text = prompt_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             fail(f"cannot read prompt file {prompt_file}: {exc}")
+        if not text.strip():
+            fail(f"prompt file {prompt_file} is empty")
+        return text
     if prompt is not None:
         return prompt
     if not sys.stdin.isatty():
@@ -68,7 +74,9 @@ def generate(
     exact: Annotated[
         bool,
         typer.Option(
-            "--exact", help="Only verify batch sizes found bit-identical to plain decoding (self-test at load)."
+            "--exact",
+            help="Greedy output bit-identical to plain decoding: only verify batch sizes whose logits a "
+            "self-test at load found bit-identical (without it, output can differ at near-ties).",
         ),
     ] = False,
     corpus: Annotated[
@@ -121,6 +129,39 @@ def generate(
             n_ctx=n_ctx,
             threads=threads,
         )
+
+
+@app.command()
+def doctor(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
+    ] = models.DEFAULT_MODEL,
+    threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
+    no_exact: Annotated[
+        bool, typer.Option("--no-exact", help="Skip the exactness self-test (a few seconds).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (for bug reports).")] = False,
+    cache_dir: CacheDirOption = None,
+) -> None:
+    """Check this machine: CPU, llama.cpp build, which CPU path works, the verify cost curve
+    and the speedup ceiling it implies, exact batch sizes, caches, installed models.
+
+    Example: lookahead doctor --json > doctor.json  (attach it to a bug report)
+    """
+    from cli.doctor_cmd import run_doctor
+
+    with handled():
+        if threads < 0:
+            fail(f"--threads must be >= 0 (0 = all available), got {threads}")
+        code = run_doctor(
+            model=model,
+            cache_dir=cache_dir or models.default_cache_dir(),
+            threads=threads,
+            exact=not no_exact,
+            as_json=as_json,
+        )
+    if code:
+        raise typer.Exit(code)
 
 
 def main() -> None:  # pragma: no cover - console script entry

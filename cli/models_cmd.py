@@ -128,6 +128,8 @@ def _no_progress(description: str, done: int, total: int | None) -> None:
 
 def _amount(description: str, done: int, total: int | None) -> str:
     """'3/22 packages' for downloads (counted in wheels), 'x/y MB' for byte counts."""
+    if description.startswith(("checking", "measuring", "testing")):
+        return ""  # a step, not an amount
     if description.startswith("downloading"):
         return f"{done}/{total} packages" if total is not None else f"{done} packages"
     if total is None:

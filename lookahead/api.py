@@ -7,16 +7,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from lookahead import models
-from lookahead.backend.llama import BackendConfig, LlamaBackend
+from lookahead.backend import probe
+from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.control import CostModel
 from lookahead.drafting import DraftConfig, DraftState
-from lookahead.engine import Done, Event, GenerationConfig, Result, generate
+from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
 from lookahead.sampling import SamplingConfig
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
@@ -26,6 +28,9 @@ __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 # the bit-exact batch sizes differ below and above this many cells (measured: SmolLM2 24+
 # below, 1 above; Qwen2.5-Coder-0.5B 3 below, 1 above).
 EXACT_SPLIT = 256
+# The exactness self-test runs batches above EXACT_SPLIT cells: a smaller context cannot
+# hold it (checked before loading, with this number in the message).
+EXACT_MIN_CTX = EXACT_SPLIT + 32
 
 # Batch sizes the verify cost t(n) is calibrated at. Between them the controller
 # interpolates, so the small sizes are all here: CPU matmul kernels work on blocks of
@@ -48,10 +53,13 @@ _SELFTEST_TEXT = (
 class Model:
     """A loaded model with one context; generations run one at a time."""
 
-    def __init__(self, backend: LlamaBackend, name: str, cache_dir: Path) -> None:
+    def __init__(
+        self, backend: LlamaBackend, name: str, cache_dir: Path, verdict: probe.Verdict | None = None
+    ) -> None:
         self.backend = backend
         self.name = name
         self.cache_dir = cache_dir
+        self.verdict = verdict  # how the backend configuration was chosen (None: not probed)
         self.drafting = DraftState(
             tokenize=lambda text: backend.tokenize(text, add_special=False),
             tokenizer_id=backend.fingerprint(),
@@ -65,6 +73,11 @@ class Model:
         """Largest verify batches whose logits are bit-identical to one-token decoding here,
         (below, above) EXACT_SPLIT cells in the cache (self-test, once per model)."""
         if self._exact_limits is None:
+            if self.backend.n_ctx < EXACT_MIN_CTX:
+                raise GenerationError(
+                    f"exact mode's self-test needs a context of at least {EXACT_MIN_CTX} tokens, "
+                    f"this one has {self.backend.n_ctx}: raise n_ctx (--n-ctx)"
+                )
             toks = self.backend.tokenize(_SELFTEST_TEXT)
             short = self.backend.exact_batch_limit(toks, max_size=32)
             long = self.backend.exact_batch_limit(toks, max_size=8, context=EXACT_SPLIT + 16)
@@ -81,15 +94,22 @@ class Model:
         return cap
 
     def calibrate(self) -> dict[int, float]:
-        """Measure (or load from the cache) the verify cost t(n) on this machine."""
+        """Measure (or load from the cache) the verify cost t(n) on this machine.
+
+        Measured on an empty cache: cells left by an earlier generation (a longer context,
+        parked cells) would make every size look dearer, and the table is cached.
+        """
         path = self.cache_dir / "costs.json"
         b = self.backend
         machine = f"{b.n_threads}:{platform.machine()}:{platform.processor()}"
         key = f"{COST_VERSION}:{b.path.name}:{b.path.stat().st_size}:{machine}"
+        if not b.config.repack:  # costs are per backend configuration
+            key += f":{probe.NO_EXTRA_BUFTS.name}"
         try:
             table = json.loads(path.read_text())[key]
             costs = {int(n): float(t) for n, t in table.items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            b.reset()
             costs = b.measure_cost(COST_SIZES, repeats=3)
             try:
                 data = json.loads(path.read_text()) if path.exists() else {}
@@ -112,10 +132,7 @@ class Model:
 
     def prompt_tokens(self, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:
         """Tokens for a raw prompt, or for chat messages (a str with chat=True is one user turn)."""
-        if isinstance(prompt, str) and not chat:
-            return self.backend.tokenize(prompt, add_special=True, parse_special=False)
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        return self.backend.chat_prompt(messages)
+        return prompt_tokens(self.backend, prompt, chat)
 
     def stream(
         self,
@@ -157,9 +174,73 @@ def load(
     cache_dir: Path | None = None,
     backend: BackendConfig | None = None,
     progress: models.Progress | None = None,
+    probe_backend: bool = True,
 ) -> Model:
-    """Load a model by name (assembling it on first use) or by path to a .gguf file."""
+    """Load a model by name (assembling it on first use) or by path to a .gguf file.
+
+    With `probe_backend` (the default), the llama.cpp configuration is the first one that
+    ran correctly on this CPU in a child process (see `lookahead.backend.probe`; cached, so
+    this costs a few seconds once per model, build and machine). A `backend` with
+    `repack=False` is only checked, never switched back on.
+    """
     cache = cache_dir or models.default_cache_dir()
     path = models.resolve_model(str(model), cache, progress)
     models.check_gguf(path)
-    return Model(LlamaBackend(path, backend), str(model), cache.parent)
+    config = backend or BackendConfig()
+    verdict = None
+    if probe_backend:
+        verdict = choose_backend(path, config, cache.parent, progress)
+        config = dataclasses.replace(config, repack=verdict.candidate.repack)
+    return Model(LlamaBackend(path, config), str(model), cache.parent, verdict)
+
+
+def prompt_tokens(vocab: LlamaVocab, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:
+    """Tokens for a raw prompt, or for chat messages (a str with chat=True is one user turn)."""
+    if isinstance(prompt, str) and not chat:
+        return vocab.tokenize(prompt, add_special=True, parse_special=False)
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    return vocab.chat_prompt(messages)
+
+
+def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: bool, n_ctx: int) -> int:
+    """Tokenize with the model's vocabulary alone (no weights loaded) and raise
+    GenerationError if the prompt cannot fit a context of `n_ctx` (0 = the model's own).
+    Returns the prompt's length in tokens."""
+    vocab = LlamaVocab(path)
+    try:
+        n = len(prompt_tokens(vocab, prompt, chat))
+        limit = n_ctx or vocab.n_ctx_train
+    finally:
+        vocab.close()
+    if n == 0:
+        raise GenerationError("the prompt is empty")
+    if n + 1 > limit:
+        raise GenerationError(
+            f"the prompt has {n} tokens, more than a context of {limit} allows: "
+            "shorten it or raise the context size (n_ctx, --n-ctx)"
+        )
+    return n
+
+
+PROBE_CACHE = "probe.json"
+
+
+def choose_backend(
+    path: Path, config: BackendConfig, cache_root: Path, progress: models.Progress | None = None
+) -> probe.Verdict:
+    """The backend configuration that runs correctly here (cached verdict, or a probe)."""
+    candidates = probe.CANDIDATES if config.repack else (probe.NO_EXTRA_BUFTS,)
+    label = "checking which llama.cpp CPU path works here (once per model and machine)"
+    if progress is not None:
+        progress(label, 0, None)
+    verdict = probe.choose(
+        path.resolve(),
+        threads=config.n_threads or default_threads(),
+        cache_file=cache_root / PROBE_CACHE,
+        build=build_info(),
+        candidates=candidates,
+        system_info=system_info(),
+    )
+    if progress is not None:
+        progress(label, 1, 1)
+    return verdict

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookahead.draft import SOURCE_NAMES, Draft
+from lookahead.errors import ConfigError
 
 Floats = npt.NDArray[np.float64]
 
@@ -188,11 +189,11 @@ class ControlConfig:
 
     def __post_init__(self) -> None:
         if min(self.k_max, self.branches, self.window, self.probe_nodes) < 1 or self.budget < 0:
-            raise ValueError("k_max, branches, window, probe_nodes must be >= 1, budget >= 0")
+            raise ConfigError("k_max, branches, window, probe_nodes must be >= 1, budget >= 0")
         if self.min_gain <= 0 or self.calib_window < 1 or self.half_life <= 0:
-            raise ValueError("min_gain and half_life must be > 0, calib_window >= 1")
+            raise ConfigError("min_gain and half_life must be > 0, calib_window >= 1")
         if self.probe_every < 0 or self.prior_trials <= 0:
-            raise ValueError("probe_every must be >= 0, prior_trials > 0")
+            raise ConfigError("probe_every must be >= 0, prior_trials > 0")
 
 
 # Upper edges of the q bins of the calibration: finer near 1, where long chains live and

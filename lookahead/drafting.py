@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lookahead.control import ControlConfig, Controller, CostModel
 from lookahead.engine import FixedPolicy, Policy
+from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
 from lookahead.index.ngram import NgramIndex
@@ -56,9 +57,9 @@ class DraftConfig:
     def __post_init__(self) -> None:
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.budget > MAX_BUDGET:
-            raise ValueError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
+            raise ConfigError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
 
     def control(self) -> ControlConfig:
         budget = self.budget if self.adaptive else min(self.budget, self.k * self.branches)

@@ -17,11 +17,12 @@ import numpy as np
 from lookahead.accept import accept
 from lookahead.backend.base import Verifier
 from lookahead.draft import Draft
+from lookahead.errors import UserError
 from lookahead.sampling import Sampler, SamplingConfig
 from lookahead.text import TextStream
 
 
-class GenerationError(ValueError):
+class GenerationError(UserError):
     """The request cannot be served as asked (bad limits, prompt too long, ...)."""
 
 

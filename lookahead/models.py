@@ -8,7 +8,7 @@ in the cache directory, is checked against a pinned sha256 and only then renamed
 place, so a partial or corrupt file is never handed to llama.cpp. A small sidecar stamp
 remembers a successful full hash, so later loads only compare size and mtime.
 
-Stdlib only: no llama_cpp import, no rich. Progress goes through a plain callback.
+Stdlib only (and the package's own error types): no llama_cpp import, no rich. Progress goes through a plain callback.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 
+from lookahead.errors import UserError
 
-class ModelError(Exception):
+
+class ModelError(UserError):
     """A model could not be found, fetched, assembled or verified (message says why)."""
 
 

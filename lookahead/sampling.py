@@ -8,11 +8,14 @@ or not drafts were verified: speculative output then equals plain output token f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from lookahead.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -26,16 +29,20 @@ class SamplingConfig:
     seed: int | None = None  # None = fresh entropy
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:
+            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
         if not 0 <= self.min_p <= 1:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        if not self.repeat_penalty > 0:
-            raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+            raise ConfigError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not 0 < self.repeat_penalty < math.inf:
+            raise ConfigError(f"repeat_penalty must be a finite number > 0, got {self.repeat_penalty}")
+        if self.repeat_last_n < 0:
+            raise ConfigError(f"repeat_last_n must be >= 0, got {self.repeat_last_n}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ConfigError(f"seed must be in [0, 2**64), got {self.seed}")
 
     @property
     def greedy(self) -> bool:

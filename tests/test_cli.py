@@ -96,6 +96,7 @@ def no_llama(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("llama.cpp was handed the file")
 
     monkeypatch.setattr(lookahead.api, "LlamaBackend", trap)
+    monkeypatch.setattr(lookahead.api, "LlamaVocab", trap)
 
 
 @pytest.fixture
@@ -330,3 +331,142 @@ def test_streaming_output(smol_path: Path, tmp_path: Path) -> None:
     result = invoke(["generate", "-f", str(prompt_file), *on(smol_path), "-n", "16"])
     assert result.exit_code == 0, result.output
     assert result.stdout == text + "\n"
+
+
+# --- checked before the model loads (the weights may take minutes on a big model) -------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--seed", "-1"], "seed"),
+        (["--temperature", "inf"], "temperature"),
+        (["--repeat-penalty", "inf"], "repeat_penalty"),
+        (["--exact", "--n-ctx", "200"], "--exact"),
+    ],
+)
+def test_more_bad_config_fails_before_loading(no_load: None, args: list[str], needle: str) -> None:
+    assert_cli_error(invoke(["generate", "def f():", *args]), needle)
+
+
+def test_missing_corpus_folder_fails_before_loading(no_load: None, tmp_path: Path) -> None:
+    result = invoke(["generate", "def f():", "--corpus", str(tmp_path / "nothere")])
+    assert_cli_error(result, "corpus folder not found", "nothere")
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n"])
+def test_empty_prompt_fails_before_loading(no_load: None, prompt: str) -> None:
+    assert_cli_error(invoke(["generate", prompt]), "prompt is empty")
+
+
+def test_empty_prompt_file_fails_before_loading(no_load: None, tmp_path: Path) -> None:
+    path = tmp_path / "empty.txt"
+    path.write_text("\n", encoding="utf-8")
+    assert_cli_error(invoke(["generate", "-f", str(path)]), "is empty", "empty.txt")
+
+
+@pytest.mark.model
+def test_prompt_longer_than_context_fails_before_loading(no_load: None, smol_path: Path) -> None:
+    """Counted with the vocabulary alone: the weights are never loaded."""
+    args = ["generate", LONG_PROMPT, *on(smol_path), "--n-ctx", "64", "-n", "4"]
+    assert_cli_error(invoke(args), "the prompt has", "context of 64")
+
+
+# --- a bug in lookahead is shown as one, not as the user's mistake -----------------------
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), ValueError("boom"), OSError("boom")])
+def test_a_bug_shows_its_traceback_and_asks_for_a_report(
+    monkeypatch: pytest.MonkeyPatch, exc: Exception
+) -> None:
+    def broken(**kwargs: object) -> None:
+        raise exc
+
+    monkeypatch.setattr(cli.generate_cmd, "run_generate", broken)
+    result = invoke(["generate", "def f():"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" in result.stderr and "boom" in result.stderr
+    assert "bug in lookahead" in result.stderr and "lookahead doctor --json" in result.stderr
+    assert "error: boom" not in result.stderr
+
+
+def test_help_says_exactly_what_is_exact() -> None:
+    """Sampled output has the model's distribution; greedy output is bit-identical only with
+    --exact. The help must not promise more."""
+    text = invoke(["--help"]).stdout + invoke(["generate", "--help"]).stdout
+    flat = " ".join(text.split())
+    assert "bit-identical" in flat and "--exact" in flat
+    assert "never a change" not in flat
+
+
+def test_readme_says_exactly_what_is_exact() -> None:
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "never a change in what the model writes" not in readme
+    assert "greedy output equals plain greedy decoding" not in readme
+    assert "bit-identical to plain decoding only with `--exact`" in readme
+
+
+# --- lookahead doctor -------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_doctor_json(smol_path: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "models"
+    result = invoke(["doctor", "--model", str(smol_path), "--threads", "1", "--json", "--cache-dir", str(cache)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["machine"]["cpu"] and isinstance(data["machine"]["flags"], list)
+    assert "llama-cpp-python" in data["llama_cpp"]["build"]
+    entry = data["model"]
+    assert "error" not in entry
+    assert entry["backend"]["choice"] in ("default", "no-extra-bufts")
+    curve = entry["verify_cost"]
+    assert curve["relative"]["1"] == 1.0 and curve["ceiling"] >= 1.0
+    assert all(v >= 1 for v in entry["exact_batch"].values())
+    assert data["caches"]["probe"]["exists"] and data["caches"]["costs"]["exists"]
+    assert [v["choice"] for v in data["probe_cache"]] == [entry["backend"]["choice"]]
+
+
+@pytest.mark.model
+def test_doctor_text(smol_path: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "models"
+    args = ["doctor", "--model", str(smol_path), "--threads", "1", "--no-exact", "--cache-dir", str(cache)]
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    for needle in ("machine", "llama.cpp", "backend:", "ceiling", "caches", "models installed"):
+        assert needle in result.stdout, needle
+
+
+@pytest.mark.model
+def test_doctor_reports_a_backend_that_fails_everywhere(
+    smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOKAHEAD_PROBE_FAULT", "default=sigill,no-extra-bufts=sigill")
+    cache = tmp_path / "models"
+    result = invoke(["doctor", "--model", str(smol_path), "--threads", "1", "--json", "--cache-dir", str(cache)])
+    assert result.exit_code == 1
+    assert "SIGILL" in json.loads(result.stdout)["model"]["error"]
+
+
+@pytest.mark.model
+def test_generate_when_every_backend_fails_is_one_line(
+    smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real process, as a user on a CPU where llama.cpp crashes would run it."""
+    monkeypatch.setenv("LOOKAHEAD_PROBE_FAULT", "default=sigill,no-extra-bufts=sigill")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    proc = run_cli(["generate", "hi", *on(smol_path), "-n", "4"])
+    assert_user_error(proc.returncode, proc.stdout, proc.stderr, "SIGILL", "pip install")
+    assert not (tmp_path / "lookahead" / "probe.json").exists()
+
+
+@pytest.mark.model
+def test_generate_names_a_fallback_backend(
+    smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOKAHEAD_PROBE_FAULT", "default=sigill")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    proc = run_cli(["generate", "def add(a, b):", *on(smol_path), "-n", "8", "--no-spec"])
+    assert proc.returncode == 0, proc.stderr
+    assert "extra buffer types off" in proc.stderr and "SIGILL" in proc.stderr
+    assert proc.stdout.strip()

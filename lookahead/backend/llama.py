@@ -48,11 +48,8 @@ import numpy as np
 
 from lookahead.backend.base import Logits
 from lookahead.draft import Draft
+from lookahead.errors import BackendError
 from lookahead.tokens import TokenArray
-
-
-class BackendError(Exception):
-    """The model could not be loaded or evaluated."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +87,18 @@ def _init_backend() -> None:
         ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
         ll.llama_backend_init()
         _backend_ready = True
+
+
+def system_info() -> str:
+    """llama.cpp's own line on its build: the CPU features it was compiled for, its backends."""
+    _init_backend()
+    raw = ll.llama_print_system_info()
+    return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).strip()
+
+
+def build_info() -> str:
+    """The binding's version and llama.cpp's system info: what a probe verdict depends on."""
+    return f"llama-cpp-python {ll.__version__}; {system_info()}"
 
 
 def _last_log_error() -> str:
@@ -208,15 +217,20 @@ class _TreeLayout:
         return int(self.pre[x]) - (m - 1)
 
 
-class LlamaBackend:
-    """A GGUF model and one context, ready for tree-shaped verify batches."""
+class LlamaVocab:
+    """A GGUF model's vocabulary and metadata: tokenize, detokenize, chat template.
 
-    def __init__(self, path: str | Path, config: BackendConfig | None = None) -> None:
+    With `vocab_only` only the vocabulary is read (no weights, well under a second even
+    for big models), so the CLI can check that a prompt fits the context before it loads
+    the model.
+    """
+
+    def __init__(self, path: str | Path, *, vocab_only: bool = True, repack: bool = True) -> None:
         _init_backend()
-        self.config = config = config or BackendConfig()
         self.path = Path(path)
         mparams = ll.llama_model_default_params()
-        mparams.use_extra_bufts = config.repack
+        mparams.use_extra_bufts = repack
+        mparams.vocab_only = vocab_only
         _log_lines.clear()
         model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
@@ -225,46 +239,11 @@ class LlamaBackend:
         self._vocab = ll.llama_model_get_vocab(model)
         self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
         self.n_ctx_train = int(ll.llama_model_n_ctx_train(model))
-
-        self.max_branches = max(1, config.max_branches)
-        threads = config.n_threads or default_threads()
-        cparams = ll.llama_context_default_params()
-        cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.n_batch
-        cparams.n_ubatch = config.n_batch
-        # one more id than branches: the last one parks rejected cells (see commit)
-        cparams.n_seq_max = self.max_branches + 1
-        cparams.kv_unified = True
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.no_perf = True
-        cparams.flash_attn_type = (
-            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        ctx = ll.llama_init_from_model(model, cparams)
-        if not ctx:
-            ll.llama_model_free(model)
-            self._model = None  # freed: close() must not free it again
-            raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
-        self._ctx = ctx
-        self._mem = ll.llama_get_memory(ctx)
-        self.n_ctx = int(ll.llama_n_ctx(ctx))
-        self.n_batch = config.n_batch
-        self.n_threads = threads
-        self._park = self.max_branches
-        self._layout: _TreeLayout | None = None
-        self.parked = 0
-        self._batch = _Batch(self.n_batch, self.max_branches)
-        self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        self.n_past = 0
 
     # ---- lifetime -------------------------------------------------------------------
     def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            ll.llama_free(self._ctx)
-            self._ctx = None
         if getattr(self, "_model", None):
             ll.llama_model_free(self._model)
             self._model = None
@@ -344,6 +323,54 @@ class LlamaBackend:
             h.update(self.token_bytes(tok))
             h.update(b"\0")
         return h.hexdigest()[:16]
+
+
+
+class LlamaBackend(LlamaVocab):
+    """A GGUF model and one context, ready for tree-shaped verify batches."""
+
+    def __init__(self, path: str | Path, config: BackendConfig | None = None) -> None:
+        self.config = config = config or BackendConfig()
+        super().__init__(path, vocab_only=False, repack=config.repack)
+        model = self._model
+
+        self.max_branches = max(1, config.max_branches)
+        threads = config.n_threads or default_threads()
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = config.n_batch
+        # one more id than branches: the last one parks rejected cells (see commit)
+        cparams.n_seq_max = self.max_branches + 1
+        cparams.kv_unified = True
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        cparams.flash_attn_type = (
+            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        ctx = ll.llama_init_from_model(model, cparams)
+        if not ctx:
+            ll.llama_model_free(model)
+            self._model = None  # freed: close() must not free it again
+            raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
+        self._ctx = ctx
+        self._mem = ll.llama_get_memory(ctx)
+        self.n_ctx = int(ll.llama_n_ctx(ctx))
+        self.n_batch = config.n_batch
+        self.n_threads = threads
+        self._park = self.max_branches
+        self._layout: _TreeLayout | None = None
+        self.parked = 0
+        self._batch = _Batch(self.n_batch, self.max_branches)
+        self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
+        self.n_past = 0
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        super().close()
 
     # ---- KV cache and decoding ------------------------------------------------------
     def reset(self) -> None:

@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lookahead.errors import UserError
+
 FORMAT_VERSION = 1
 MAGIC = b"LKCORPUS"
 _HEADER = struct.Struct("<8sI32sQ32s")
@@ -74,7 +76,7 @@ TEXT_NAMES = frozenset(_NAMES.split())
 SKIP_DIRS = frozenset(_SKIP_DIRS.split())
 
 
-class CorpusError(Exception):
+class CorpusError(UserError):
     """A corpus folder or file that cannot be used (missing, or no usable text)."""
 
 

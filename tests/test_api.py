@@ -1,0 +1,41 @@
+"""The Python API's one-time measurements: taken on a clean context, per backend configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from lookahead.engine import GenerationError
+
+
+@pytest.mark.model
+def test_calibration_after_a_generation_measures_an_empty_cache(smol_model, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Cells left by an earlier generation (a long context, parked cells) would make every
+    size look dearer, and the table is cached for good."""
+    smol_model.generate("def add(a, b):\n    return a + b\n\n" * 20, max_tokens=16)
+    assert smol_model.backend.n_used > 100  # the generation left its cells
+    seen: list[int] = []
+    real = smol_model.backend.measure_cost
+
+    def spy(*args: object, **kwargs: object) -> dict[int, float]:
+        seen.append(smol_model.backend.n_used)
+        return {1: 0.01, 2: 0.015}
+
+    monkeypatch.setattr(smol_model.backend, "measure_cost", spy)
+    monkeypatch.setattr(smol_model, "cache_dir", tmp_path)  # no cached table: measure
+    smol_model.calibrate()
+    assert seen == [0]
+    monkeypatch.setattr(smol_model.backend, "measure_cost", real)
+    smol_model._cost_ready = False
+
+
+@pytest.mark.model
+def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # type: ignore[no-untyped-def]
+    from lookahead.api import EXACT_MIN_CTX, load
+    from lookahead.backend.llama import BackendConfig
+
+    model = load(smol_path, backend=BackendConfig(n_ctx=256, n_threads=1), probe_backend=False)
+    try:
+        with pytest.raises(GenerationError, match=f"at least {EXACT_MIN_CTX}"):
+            model.exact_limits()
+    finally:
+        model.close()
