@@ -19,6 +19,7 @@ from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, bui
 from lookahead.control import CostModel
 from lookahead.drafting import DraftConfig, DraftState
 from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
+from lookahead.index.base import DraftSource
 from lookahead.sampling import SamplingConfig
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
@@ -143,16 +144,23 @@ class Model:
         stop: Sequence[str] = (),
         sampling: SamplingConfig | None = None,
         draft: DraftConfig | None = None,
+        sources: Sequence[DraftSource] = (),
+        tokens: Sequence[int] | None = None,
     ) -> Iterator[Event]:
-        """Generate, yielding a Step per verify step and a final Done with the Result."""
+        """Generate, yielding a Step per verify step and a final Done with the Result.
+
+        `sources`: draft sources for this generation only, beside the usual indexes (the
+        server's predicted output and its memory of earlier requests). `tokens`: the
+        prompt already tokenized (by `prompt_tokens`); `prompt` and `chat` are then unused.
+        """
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
-        tokens = self.prompt_tokens(prompt, chat)
+        tokens = list(tokens) if tokens is not None else self.prompt_tokens(prompt, chat)
         if not draft.enabled:
             return generate(self.backend, tokens, config)
         if draft.adaptive and not self._cost_ready:
             self.calibrate()
-        drafter = self.drafting.drafter(draft)
+        drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.exact_cap() if draft.exact else None
         return generate(self.backend, tokens, config, drafter, policy, cap)

@@ -28,7 +28,9 @@ SOURCE_NGRAM = 0
 SOURCE_SUFFIX = 1
 SOURCE_CORPUS = 2
 SOURCE_RECORD = 3
-SOURCE_NAMES = ("ngram", "suffix", "corpus", "record")
+SOURCE_PREDICTION = 4  # the text a client expects the output to repeat (the server's Predicted Outputs)
+SOURCE_SHARED = 5  # earlier requests' prompts and outputs (the server's shared index)
+SOURCE_NAMES = ("ngram", "suffix", "corpus", "record", "prediction", "shared")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ one per loaded model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,14 +99,18 @@ class DraftState:
             )
         return self.corpora[paths]
 
-    def drafter(self, config: DraftConfig, progress: Progress | None = None) -> Proposer:
-        """Fresh per-request indexes over prompt + output, plus the shared corpus tables."""
+    def drafter(
+        self, config: DraftConfig, progress: Progress | None = None, extra: Sequence[DraftSource] = ()
+    ) -> Proposer:
+        """Fresh per-request indexes over prompt + output, plus the shared corpus tables
+        and the caller's `extra` sources (fresh streams, this request's only)."""
         sources: list[DraftSource] = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
         if config.records:
             sources.append(RecordIndex(self.token_bytes, self.tokenize))
         corpus = self.corpus(config, progress)
         if corpus is not None:
             sources.append(corpus.fresh())
+        sources.extend(extra)
         return Proposer(sources)
 
     def policy(self, config: DraftConfig) -> Policy:

@@ -140,14 +140,19 @@ class CorpusIndex:
     """The corpus draft source. The tables are read-only and shared by `fresh()` copies;
     the stream state (its last few tokens and the current match) is per copy."""
 
-    source = SOURCE_CORPUS
-
     def __init__(
-        self, tables: CorpusTables, params: CorpusParams = CorpusParams(), files: Sequence[str] = ()
+        self,
+        tables: CorpusTables,
+        params: CorpusParams = CorpusParams(),
+        files: Sequence[str] = (),
+        source: int = SOURCE_CORPUS,
     ) -> None:
         self.tables = tables
         self.params = params
         self.files = tuple(files)  # names of the files indexed, in order
+        # the tag its drafts carry: the same tables serve a request's predicted output and
+        # the server's memory of earlier requests, each calibrated on its own
+        self.source = source
         self.reset()
 
     # ---- building -------------------------------------------------------------------
@@ -159,6 +164,7 @@ class CorpusIndex:
         params: CorpusParams = CorpusParams(),
         files: Sequence[str] = (),
         progress: Progress | None = None,
+        source: int = SOURCE_CORPUS,
     ) -> CorpusIndex:
         """Index already tokenized documents (one per file)."""
         arrays = [np.asarray(d, dtype=np.int64).reshape(-1) for d in docs]
@@ -173,7 +179,7 @@ class CorpusIndex:
         )
         if not len(tables.group_lo):
             raise CorpusError(f"corpus has no {params.min_match}-token context with a continuation")
-        return cls(tables, params, files)
+        return cls(tables, params, files, source)
 
     @classmethod
     def load_or_build(
@@ -237,7 +243,7 @@ class CorpusIndex:
 
     def fresh(self) -> CorpusIndex:
         """An index over the same corpus (shared, not copied) with an empty stream."""
-        return CorpusIndex(self.tables, self.params, self.files)
+        return CorpusIndex(self.tables, self.params, self.files, self.source)
 
     def reset(self) -> None:
         """Forget the stream (start of a new request)."""
@@ -339,7 +345,7 @@ class CorpusIndex:
         step = continuation_steps(seqs, [counts[s] for s in seqs], agreement, self.params.escape)
         paths = best_paths((0, len(seqs), 0), step, max_depth, max_candidates, self.params.min_p)
         return [
-            Candidate(np.array(toks, dtype=np.int32), np.array(qs, dtype=np.float32), SOURCE_CORPUS)
+            Candidate(np.array(toks, dtype=np.int32), np.array(qs, dtype=np.float32), self.source)
             for toks, qs in paths
         ]
 
