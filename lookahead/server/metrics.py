@@ -1,0 +1,47 @@
+"""Prometheus metrics of the service, in a registry of its own (one per app)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+
+from lookahead.engine import Stats
+
+# accepted draft tokens per verify step, per request
+# no `*_created` series beside every counter: they double /metrics for no use here
+disable_created_metrics()
+
+ALPHA_BUCKETS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        p = "lookahead_"
+        self.requests = Counter(p + "requests", "Requests answered", ["endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter(p + "prompt_tokens", "Prompt tokens processed", registry=r)
+        self.completion_tokens = Counter(p + "completion_tokens", "Tokens generated", registry=r)
+        self.steps = Counter(p + "verify_steps", "Verify steps (one llama_decode each)", registry=r)
+        self.drafted = Counter(p + "draft_tokens", "Draft tokens verified", registry=r)
+        self.accepted = Counter(p + "accepted_tokens", "Draft tokens accepted", registry=r)
+        self.alpha = Histogram(
+            p + "alpha", "Accepted draft tokens per verify step, per request", buckets=ALPHA_BUCKETS, registry=r
+        )
+        self.decode_tps = Gauge(p + "decode_tokens_per_second", "Decode speed of the last request", registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "Requests waiting for the model", registry=r)
+        self.running = Gauge(p + "requests_running", "Requests generating now (0 or 1)", registry=r)
+        self.errors = Counter(p + "errors", "Errors answered, by type", ["type"], registry=r)
+        self.cancelled = Counter(p + "cancelled", "Generations cancelled by a client disconnect", registry=r)
+
+    def finished(self, prompt_tokens: int, stats: Stats) -> None:
+        self.prompt_tokens.inc(prompt_tokens)
+        self.completion_tokens.inc(stats.n_tokens)
+        self.steps.inc(stats.steps)
+        self.drafted.inc(stats.drafted)
+        self.accepted.inc(stats.accepted)
+        if stats.steps:
+            self.alpha.observe(stats.alpha)
+        if stats.decode_s > 0:
+            self.decode_tps.set(stats.tokens_per_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,116 @@
+"""Request bodies of the OpenAI-compatible API: OpenAI's field names, types and defaults.
+
+Pydantic validates types and ranges; what it rejects becomes an OpenAI-style 400 (see
+`errors.py`). Fields OpenAI has and we do not act on (`logprobs`, `user`, ...) are
+accepted and ignored, as OpenAI's own clients send some of them by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_STOPS = 4  # OpenAI's limit on stop sequences
+
+
+class LookaheadOptions(BaseModel):
+    """Per-request drafting control (the extra `lookahead` field); None = the server's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None  # False: plain decoding for this request
+    exact: bool | None = None  # greedy output bit-identical to plain decoding (see README)
+    k_max: int | None = Field(default=None, ge=1, le=256)
+    budget: int | None = Field(default=None, ge=1, le=256)
+
+
+class Prediction(BaseModel):
+    """OpenAI Predicted Outputs: text the output is expected to repeat for the most part."""
+
+    type: Literal["content"] = "content"
+    content: str | list[dict[str, Any]]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        # the array form: [{"type": "text", "text": "..."}, ...]
+        return "".join(str(part.get("text", "")) for part in self.content if isinstance(part, dict))
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    stop: str | list[str] | None = None
+    n: int = Field(default=1, ge=1, le=1)  # one choice per request (see the README)
+    prediction: Prediction | None = None
+    lookahead: LookaheadOptions | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
+        stops = [v] if isinstance(v, str) else (v or [])
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return v
+
+    def stops(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[str]
+    max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's default for completions
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list):
+            if len(v) != 1:
+                raise ValueError("one prompt per request (a list of exactly one string)")
+            v = v[0]
+        if not v:
+            raise ValueError("the prompt is empty")
+        return v
+
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(str(p.get("text", "")) for p in self.content if isinstance(p, dict))
+        return self.content or ""
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)  # None: until the context is full
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    def limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def as_messages(self) -> list[dict[str, str]]:
+        # the template knows system/user/assistant; a developer message is a system one
+        role = {"developer": "system"}
+        return [{"role": role.get(m.role, m.role), "content": m.text()} for m in self.messages]
