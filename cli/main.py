@@ -132,6 +132,67 @@ def generate(
 
 
 @app.command()
+def serve(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
+    ] = models.DEFAULT_MODEL,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", help="Require 'Authorization: Bearer KEY' on every /v1 call.")
+    ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option("--api-key-file", help="Keys, one per line; each key drafts only from its own requests."),
+    ] = None,
+    queue: Annotated[int, typer.Option(help="Requests that may wait for the model; more get 429.")] = 16,
+    n_ctx: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
+    threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
+    no_shared_index: Annotated[
+        bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
+    ] = False,
+    index_file: Annotated[
+        Path | None, typer.Option("--index-file", help="Keep the shared index in this file across restarts.")
+    ] = None,
+    no_spec: Annotated[
+        bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for drafts.")
+    ] = False,
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, by default.")
+    ] = False,
+    k_max: Annotated[int, typer.Option("--k-max", help="Deepest draft the controller may verify.")] = 64,
+    budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 64,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
+    /health, /metrics) that keeps one model warm and drafts from what it has seen.
+
+    Example: lookahead serve --port 8000, then
+    curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+    """
+    from cli.serve_cmd import read_keys, run_serve
+    from lookahead.drafting import DraftConfig
+
+    with handled():
+        if log_level not in ("debug", "info", "warning", "error"):
+            fail(f"--log-level must be debug, info, warning or error, got {log_level}")
+        draft = DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget)
+        run_serve(
+            model=model,
+            host=host,
+            port=port,
+            keys=read_keys(api_key, api_key_file),
+            queue=queue,
+            n_ctx=n_ctx,
+            threads=threads,
+            shared_index=not no_shared_index,
+            index_file=index_file,
+            draft=draft,
+            log_level=log_level,
+        )
+
+
+@app.command()
 def doctor(
     model: Annotated[
         str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")

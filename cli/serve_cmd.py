@@ -1,0 +1,129 @@
+"""`lookahead serve`: the OpenAI-compatible service on uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import signal
+import socket
+from pathlib import Path
+
+from rich.console import Console
+
+from cli.models_cmd import _RichProgress
+from lookahead.backend.llama import BackendConfig
+from lookahead.drafting import DraftConfig
+from lookahead.errors import ConfigError, UserError
+from lookahead.models import check_gguf, default_cache_dir, resolve_model
+
+
+def read_keys(api_key: str | None, api_key_file: Path | None) -> tuple[str, ...]:
+    """Keys from --api-key and from --api-key-file (one per line; blank lines and # comments skipped)."""
+    keys = [api_key.strip()] if api_key and api_key.strip() else []
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty")
+    if api_key_file is not None:
+        try:
+            lines = api_key_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read --api-key-file {api_key_file}: {exc}") from exc
+        found = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+        if not found:
+            raise UserError(f"--api-key-file {api_key_file} holds no key")
+        keys.extend(found)
+    return tuple(dict.fromkeys(keys))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail with one line, before the model loads, when the address cannot be bound."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UserError(f"cannot resolve --host {host}: {exc}") from exc
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def run_serve(
+    *,
+    model: str,
+    host: str,
+    port: int,
+    keys: tuple[str, ...],
+    queue: int,
+    n_ctx: int,
+    threads: int,
+    shared_index: bool,
+    index_file: Path | None,
+    draft: DraftConfig,
+    log_level: str,
+) -> int:
+    import uvicorn
+
+    from lookahead.api import load
+    from lookahead.server import ServeConfig, create_app
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port must be in 1..65535, got {port}")
+    if queue < 0:
+        raise ConfigError(f"--queue must be >= 0, got {queue}")
+    if n_ctx < 0:
+        raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
+    if threads < 0:
+        raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    err = Console(stderr=True)
+    check_port(host, port)
+    if not keys and not is_loopback(host):
+        err.print(
+            f"[yellow]warning:[/yellow] listening on {host} without an API key: anyone who can reach "
+            "this address can use the model (set --api-key or --api-key-file)",
+            highlight=False,
+        )
+    with _RichProgress(err) as progress:
+        path = resolve_model(model, default_cache_dir(), progress)
+        check_gguf(path)
+    config = ServeConfig(
+        model_id=model,
+        api_keys=keys,
+        max_queue=queue,
+        shared_index=shared_index,
+        index_file=index_file,
+        draft=draft,
+    )
+    backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
+    app = create_app(config, lambda: load(path, backend=backend))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    )
+    failed: list[str] = []
+
+    def fatal(message: str) -> None:
+        failed.append(message)
+        server.should_exit = True
+
+    app.state.service.on_fatal = fatal
+    err.print(f"lookahead serving {model} on http://{host}:{port}/v1 (loading the model...)", highlight=False)
+    logging.getLogger("lookahead.server").setLevel(log_level.upper())
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for the
+    # handler that was there before it: make that one a no-op, so a clean shutdown exits 0
+    # instead of dying by the signal it just handled.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    server.run()
+    if failed:
+        raise UserError(f"could not load the model: {failed[0]}")
+    return 0

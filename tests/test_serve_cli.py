@@ -1,0 +1,121 @@
+"""`lookahead serve` from the command line: bad input before the model loads, a real
+process that answers and shuts down cleanly on SIGTERM, saving its shared index."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+import cli.serve_cmd
+from cli.main import app
+from tests.server_helpers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def error_line(result) -> str:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    def trap(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was resolved before the input was checked")
+
+    monkeypatch.setattr(cli.serve_cmd, "resolve_model", trap)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--port", "0"], "--port"),
+        (["--port", "70000"], "--port"),
+        (["--queue", "-1"], "--queue"),
+        (["--threads", "-1"], "--threads"),
+        (["--api-key", " "], "--api-key"),
+        (["--log-level", "loud"], "--log-level"),
+        (["--k-max", "0"], "k_max"),
+    ],
+)
+def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:
+    assert needle in error_line(runner.invoke(app, ["serve", *args]))
+
+
+def test_a_key_file_that_is_missing_or_empty(no_serve: None, tmp_path: Path) -> None:
+    assert "cannot read --api-key-file" in error_line(
+        runner.invoke(app, ["serve", "--api-key-file", str(tmp_path / "none")])
+    )
+    empty = tmp_path / "keys"
+    empty.write_text("# no keys here\n\n")
+    assert "holds no key" in error_line(runner.invoke(app, ["serve", "--api-key-file", str(empty)]))
+
+
+def test_a_port_in_use(no_serve: None) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        line = error_line(runner.invoke(app, ["serve", "--port", str(port)]))
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+
+
+def test_keys_from_flag_and_file(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nalpha\n\nbeta\nalpha\n")
+    assert cli.serve_cmd.read_keys("gamma", keys) == ("gamma", "alpha", "beta")
+    assert cli.serve_cmd.read_keys(None, None) == ()
+
+
+def test_loopback_is_told_apart() -> None:
+    assert all(map(cli.serve_cmd.is_loopback, ["127.0.0.1", "localhost", "::1", "127.0.0.2"]))
+    assert not any(map(cli.serve_cmd.is_loopback, ["0.0.0.0", "192.168.1.10", "example.org"]))
+
+
+@pytest.mark.model
+def test_a_real_server_answers_and_shuts_down_on_sigterm(smol_path: Path, tmp_path: Path) -> None:
+    port = free_port()
+    index = tmp_path / "shared.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "serve", "--model", str(smol_path), "--port", str(port),
+         "--threads", "1", "--index-file", str(index), "--log-level", "warning"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the server never became healthy"
+            time.sleep(0.2)
+        r = httpx.post(url + "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 8}, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - t0 < 30
+    assert "Traceback" not in err
+    assert json.loads(index.read_text())["partitions"]  # flushed on the way out
