@@ -25,6 +25,11 @@ _TYPE_SIZES = {
     10: (84, 256), 11: (110, 256), 12: (144, 256), 13: (176, 256), 14: (210, 256),
     15: (292, 256), 30: (2, 1),
 }  # fmt: skip
+# The fewest bytes an entry takes, so that no count in a header claims more than the file holds.
+_MIN_KV = 8 + 4 + 1  # an empty key (its length), the value type, a one-byte value
+_MIN_TENSOR = 8 + 4 + 4 + 8  # an empty name (its length), no dimensions, the type, the offset
+_MIN_ITEM = {_STRING: 8, _ARRAY: 4 + 8}  # array items: an empty string; an empty array
+_MAX_NESTING = 8  # metadata arrays inside arrays (real files nest a level or two at most)
 
 
 def check_gguf(path: str | Path) -> None:
@@ -33,6 +38,9 @@ def check_gguf(path: str | Path) -> None:
     Checks the magic and header, then (for GGUF v2/v3) walks the metadata and tensor
     table to find where tensor data ends, so a truncated file is caught here rather
     than by llama.cpp, which may crash or print junk on bad input. Reads only headers.
+    A crafted header is bounded too: no count may claim more entries than the file has
+    bytes for, metadata arrays nest at most `_MAX_NESTING` deep, and a file with no
+    tensors is not a model.
     """
     p = Path(path)
     try:
@@ -52,12 +60,16 @@ def check_gguf(path: str | Path) -> None:
                 raise ModelError(f"{p} is GGUF version 1, which llama.cpp no longer loads")
             if version > 3:
                 return  # newer than this check knows: leave the details to llama.cpp
+            if n_tensors == 0:
+                raise ModelError(f"{p} has no tensors: a GGUF file without weights (vocabulary only?) is not a model")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 needed = _gguf_data_end(buf, n_tensors, n_kv)
     except FileNotFoundError as exc:
         raise ModelError(f"model file not found: {p}") from exc
     except OSError as exc:
         raise ModelError(f"cannot read model file {p}: {exc}") from exc
+    except _Corrupt as exc:
+        raise ModelError(f"{p} is truncated or corrupt: {exc}") from None
     except (struct.error, _Truncated) as exc:
         raise ModelError(f"{p} is truncated or corrupt: its GGUF header is cut short") from exc
     if needed > size:
@@ -68,12 +80,21 @@ class _Truncated(Exception):
     pass
 
 
+class _Corrupt(Exception):
+    """The header says what no complete GGUF file says; the message says what."""
+
+
 def _gguf_data_end(buf: mmap.mmap, n_tensors: int, n_kv: int) -> int:
     """Walk the GGUF v2/v3 header in `buf`; return the minimum file size it implies."""
     size = len(buf)
     pos = _HEADER.size
-    if n_kv > size or n_tensors > size:
-        raise _Truncated
+
+    def bound(count: int, least: int, what: str) -> None:
+        """`count` entries of at least `least` bytes each must fit in what is left."""
+        if count * least > size - pos:
+            raise _Corrupt(f"its header counts {count} {what}, more than its {size} bytes can hold")
+
+    bound(n_kv, _MIN_KV, "metadata entries")
 
     def u32() -> int:
         nonlocal pos
@@ -99,22 +120,24 @@ def _gguf_data_end(buf: mmap.mmap, n_tensors: int, n_kv: int) -> int:
         skip(n)
         return bytes(buf[start : start + n])
 
-    def skip_value(vtype: int) -> None:
+    def skip_value(vtype: int, depth: int = 0) -> None:
+        """Skip one metadata value; `depth`: the arrays it is inside."""
         if vtype == _STRING:
             skip(u64())
         elif vtype == _ARRAY:
+            if depth >= _MAX_NESTING:
+                raise _Corrupt(f"its metadata arrays are nested more than {_MAX_NESTING} deep")
             item, count = u32(), u64()
             if item in _SCALAR_SIZES:
                 skip(_SCALAR_SIZES[item] * count)
             else:
-                if count > size:
-                    raise _Truncated
+                bound(count, _MIN_ITEM.get(item, 1), "array items")
                 for _ in range(count):
-                    skip_value(item)
+                    skip_value(item, depth + 1)
         elif vtype in _SCALAR_SIZES:
             skip(_SCALAR_SIZES[vtype])
         else:
-            raise _Truncated
+            raise _Corrupt(f"unknown metadata value type {vtype}")
 
     alignment = 32
     for _ in range(n_kv):
@@ -125,6 +148,7 @@ def _gguf_data_end(buf: mmap.mmap, n_tensors: int, n_kv: int) -> int:
         else:
             skip_value(vtype)
 
+    bound(n_tensors, _MIN_TENSOR, "tensors")
     last_offset, last_end = -1, 0
     for _ in range(n_tensors):
         skip(u64())  # name
@@ -140,4 +164,4 @@ def _gguf_data_end(buf: mmap.mmap, n_tensors: int, n_kv: int) -> int:
             block_bytes, block_elems = _TYPE_SIZES.get(ggml_type, (0, 1))
             last_end = offset + max(1, elements // block_elems * block_bytes)
     data_start = -(-pos // alignment) * alignment
-    return data_start + last_end if n_tensors else pos
+    return data_start + last_end

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,62 @@ def test_check_gguf_missing_and_directory(tmp_path: Path) -> None:
         check_gguf(tmp_path / "nope.gguf")
     with pytest.raises(ModelError, match="not a file"):
         check_gguf(tmp_path)
+
+
+
+# --- crafted headers: bounded by the file, one-line errors, never a traceback -------------
+
+
+def gguf_header(n_tensors: int, kv: list[bytes], tensors: Sequence[bytes] = ()) -> bytes:
+    return struct.pack("<4sIQQ", b"GGUF", 3, n_tensors, len(kv)) + b"".join(kv) + b"".join(tensors)
+
+
+def nested_array(depth: int) -> bytes:
+    """A metadata value: `depth` arrays, each holding one array, around an empty u8 array."""
+    return struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * (depth - 1) + struct.pack("<IQ", 0, 0)
+
+
+def with_one_tensor(kv: list[bytes]) -> bytes:
+    """A GGUF v3 file whose metadata is `kv`, with one complete f32 tensor of 4 elements."""
+    tensor = gguf_string("t.weight") + struct.pack("<IQ", 1, 4) + struct.pack("<IQ", 0, 0)
+    head = gguf_header(1, kv, [tensor])
+    return head + b"\0" * (-len(head) % 32) + b"\1" * 16
+
+
+def test_check_gguf_accepts_arrays_of_arrays(tmp_path: Path) -> None:
+    # real files nest metadata arrays a level or two at most
+    kv = [gguf_string("x.pairs") + nested_array(2), gguf_string("x.deeper") + nested_array(4)]
+    check_gguf(write(tmp_path, with_one_tensor(kv)))
+
+
+def test_check_gguf_rejects_deeply_nested_metadata_arrays(tmp_path: Path) -> None:
+    data = with_one_tensor([gguf_string("x.deep") + nested_array(5000)])
+    with pytest.raises(ModelError, match="nested more than") as err:
+        check_gguf(write(tmp_path, data))
+    assert "\n" not in str(err.value)
+
+
+def test_check_gguf_rejects_a_header_without_tensors(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no tensors"):
+        check_gguf(write(tmp_path, gguf_header(0, [])))
+    vocab_only = gguf_header(0, [gguf_string("general.architecture") + struct.pack("<I", 8) + gguf_string("x")])
+    with pytest.raises(ModelError, match="no tensors"):
+        check_gguf(write(tmp_path, vocab_only))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        gguf_header(1000, []),  # 1000 tensor entries in 24 bytes
+        # 40 metadata entries counted, one present
+        struct.pack("<4sIQQ", b"GGUF", 3, 1, 40) + gguf_string("k") + struct.pack("<I", 7) + b"\1",
+        # an array of 2**20 strings in a file of a few dozen bytes
+        gguf_header(1, [gguf_string("k") + struct.pack("<IIQ", 9, 8, 2**20)]),
+        # an array of 2**20 arrays
+        gguf_header(1, [gguf_string("k") + struct.pack("<IIQ", 9, 9, 2**20)]),
+    ],
+    ids=["tensors", "metadata", "strings", "arrays"],
+)
+def test_check_gguf_rejects_counts_the_file_cannot_hold(tmp_path: Path, data: bytes) -> None:
+    with pytest.raises(ModelError, match="more than its .* bytes can hold"):
+        check_gguf(write(tmp_path, data))
