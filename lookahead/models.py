@@ -28,19 +28,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Protocol
+from typing import IO, BinaryIO
 
 from lookahead.errors import UserError
+from lookahead.progress import Progress
 
 
 class ModelError(UserError):
     """A model could not be found, fetched, assembled or verified (message says why)."""
-
-
-class Progress(Protocol):
-    """Progress callback: `total` is None when unknown; `done`/`total` are bytes or items."""
-
-    def __call__(self, description: str, done: int, total: int | None) -> None: ...
 
 
 @dataclass(frozen=True)
