@@ -259,10 +259,8 @@ class RecordIndex:
     def propose(self, max_depth: int, max_candidates: int) -> list[Candidate]:
         if not self.block.rows or max_depth <= 0 or len(self._sym) < 2:
             return []
-        # Only the best match's draft. The others come from shorter matches elsewhere in
-        # the stream; at the first token where they differ from it they are mostly wrong,
-        # and as siblings in a tree they took the first-child place on ties (offline replay
-        # of 8 report prompts, two prompt sets: never slower with one, up to 30% faster).
+        # Only the best match's draft by default: other matches' drafts are mostly wrong where
+        # they differ from it, and took its first-child place on ties (bench/README.md).
         max_candidates = min(max_candidates, self.max_candidates)
         # A value being written is read both ways: as that value (finish it, then what
         # followed the value), or as text that only begins like one ("8" of "below 80").
