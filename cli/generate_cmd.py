@@ -15,8 +15,9 @@ from lookahead.backend.llama import BackendConfig
 from lookahead.drafting import DraftConfig
 from lookahead.engine import Done, Result, Step
 from lookahead.errors import ConfigError, UserError
+from lookahead.gguf import check_gguf
 from lookahead.index.corpus import CorpusError
-from lookahead.models import check_gguf, default_cache_dir, resolve_model
+from lookahead.models import default_cache_dir, resolve_model
 from lookahead.sampling import SamplingConfig
 
 

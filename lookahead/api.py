@@ -13,7 +13,7 @@ import platform
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from lookahead import models
+from lookahead import gguf, models
 from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.control import CostModel
@@ -193,7 +193,7 @@ def load(
     """
     cache = cache_dir or models.default_cache_dir()
     path = models.resolve_model(str(model), cache, progress)
-    models.check_gguf(path)
+    gguf.check_gguf(path)
     config = backend or BackendConfig()
     verdict = None
     if probe_backend:

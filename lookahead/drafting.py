@@ -18,7 +18,7 @@ from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
 from lookahead.index.ngram import NgramIndex
-from lookahead.index.records import RecordIndex
+from lookahead.index.records import RecordSource
 from lookahead.index.suffix import SuffixIndex
 from lookahead.models import Progress
 from lookahead.propose import Proposer
@@ -106,7 +106,7 @@ class DraftState:
         and the caller's `extra` sources (fresh streams, this request's only)."""
         sources: list[DraftSource] = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
         if config.records:
-            sources.append(RecordIndex(self.token_bytes, self.tokenize))
+            sources.append(RecordSource(self.token_bytes, self.tokenize))
         corpus = self.corpus(config, progress)
         if corpus is not None:
             sources.append(corpus.fresh())

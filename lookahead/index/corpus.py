@@ -65,7 +65,6 @@ from lookahead.draft import SOURCE_CORPUS, Candidate
 from lookahead.index.corpus_build import (
     MAX_TOKEN,
     CorpusTables,
-    Progress,
     build_tables,
     tables_from_arrays,
     tables_to_arrays,
@@ -83,6 +82,7 @@ from lookahead.index.corpus_files import (
     write_cache,
 )
 from lookahead.index.walk import best_paths, int_list
+from lookahead.progress import Progress
 from lookahead.tokens import TokenArray
 
 __all__ = ["SHIPPED_CORPORA", "CorpusError", "CorpusIndex", "CorpusParams"]

@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ahocorasick
 import numpy as np
 import numpy.typing as npt
 
+from lookahead.progress import Progress
 from lookahead.tokens import TokenArray
-
-Progress = Callable[[str, int, "int | None"], None]
 
 MAX_TOKEN = 0x110000  # a token is one str character in the automaton's keys
 

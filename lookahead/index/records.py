@@ -10,6 +10,7 @@ or two later. This index drafts straight through the values:
    brackets at their edges. The data block is the run of >= 3 consecutive lines with the
    same number (>= 2) of fields that has the most cells past the first column (a template's
    "key: <value>" lines have only two columns): a CSV-like or markdown table, JSON lines.
+   Parsing it is `lookahead.index.datablock.parse_data_block`, a pure function.
 2. **Values.** Each output token that starts a field of a data row (preferring a later field
    of the row in use, then the next row), and the tokens that go on copying that field,
    form a value. The output is kept a second time, normalized: each value becomes one
@@ -22,7 +23,9 @@ or two later. This index drafts straight through the values:
    record, the row after the one the copied record used.
 
 Everything per token is O(1) (a few dict updates); a proposal walks at most `max_depth`
-symbols.
+symbols. `RecordIndex` drafts over one parsed block; `RecordSource` is the draft source a
+`Proposer` holds: it parses its first `observe` (the prompt) and, when that has data rows,
+hands the stream to a `RecordIndex`.
 """
 
 from __future__ import annotations
@@ -32,15 +35,12 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from lookahead.draft import SOURCE_RECORD, Candidate
+from lookahead.index.datablock import DataBlock, FormKey, Kind, TokenText, parse_data_block
 from lookahead.index.walk import int_list
 
 # Normalized symbols for values: VALUE + field number, above any vocabulary.
 VALUE = 1 << 40
-_SEPARATOR_CHARS = frozenset(b"\t,;|:")
-# Tokens of only these (and no separator) pad a field: dropped at its edges, kept inside it.
-_PAD_CHARS = frozenset(b" \"'`()[]{}")
 _LONGEST = 4  # longest normalized suffix looked up
-_MAX_FIELDS = 4096  # data cells indexed at most
 _TEMPLATE_ROW = -1  # the row of a template placeholder's value symbol: before the first
 _TEXT = -2  # the "row" of a symbol that is not a value
 _Q_NUMBER = 0.5  # q factor for a digit copied from an earlier record's text (not its data)
@@ -49,12 +49,10 @@ _Q_PLACEHOLDER = 0.1  # q factor for a template's own "<...>" placeholder text
 _Q_SHORT = (0.0, 0.7, 0.85)  # q factor for what follows a match of 1 or 2 symbols
 
 
-class _Kind:
-    OTHER, SEPARATOR, NEWLINE, SPACE = 0, 1, 2, 3
-
-
-class RecordIndex:
-    """The record draft source (see the module docstring). The first `observe` is the prompt."""
+class RecordSource:
+    """The record draft source of a `Proposer`: the first `observe` is the prompt, parsed
+    into a data block; with data rows a `RecordIndex` drafts from then on, without any it
+    drafts nothing and skips the stream."""
 
     source = SOURCE_RECORD
 
@@ -62,30 +60,58 @@ class RecordIndex:
         self,
         token_bytes: Callable[[int], bytes],
         tokenize: Callable[[str], list[int]] | None = None,
+        max_candidates: int = 1,
+    ) -> None:
+        """token_bytes, tokenize: as for `TokenText`; max_candidates: as for `RecordIndex`."""
+        self._text = TokenText(token_bytes, tokenize)
+        self._max_candidates = max_candidates
+        self._prompt_seen = False
+        self.index: RecordIndex | None = None
+
+    def observe(self, tokens: Iterable[int]) -> None:
+        if self._prompt_seen:
+            if self.index is not None:
+                self.index.observe(tokens)
+            return
+        self._prompt_seen = True
+        block = parse_data_block(int_list(tokens), self._text)
+        if block.rows:
+            self.index = RecordIndex(block, self._text, max_candidates=self._max_candidates)
+
+    def propose(self, max_depth: int, max_candidates: int) -> list[Candidate]:
+        return [] if self.index is None else self.index.propose(max_depth, max_candidates)
+
+
+class RecordIndex:
+    """Record drafts over a prompt's data block (see the module docstring): the prompt is
+    the start of the stream; `observe` appends the output."""
+
+    source = SOURCE_RECORD
+
+    def __init__(
+        self,
+        block: DataBlock,
+        text: TokenText,
         q_template: float = 0.95,
         q_value: float = 0.93,
+        max_candidates: int = 1,
     ) -> None:
-        """token_bytes: a token's text (to find lines and separators); tokenize: text to
-        tokens, to find the spaced form of a line's first word (" web" in "### web-02" for
-        "web" at the start of a data line); q_template, q_value: the estimates given to copied
-        template tokens and to substituted value tokens."""
-        self._token_bytes = token_bytes
-        self._tokenize = tokenize
-        self._kinds: dict[int, int] = {}
-        self._numbers: dict[int, bool] = {}
+        """block: the prompt's data block, from `parse_data_block`; text: the vocabulary it
+        was parsed with; q_template, q_value: the estimates given to copied template tokens
+        and to substituted value tokens; max_candidates: drafts offered per step at most,
+        whatever the tree could take (see `propose`)."""
+        self.block = block
+        self._text = text
         self.q_template = q_template
         self.q_value = q_value
-        self.max_candidates = 1  # drafts offered per step, whatever the tree could take
-        self._prompt_seen = False
-        self._columns: list[str] = []  # the data block's header, lowercased last words
-        self._data_span = (0, 0)  # the data block in the normalized stream
-        self._prompt_len = 0  # symbols of the prompt in the normalized stream
-        # data rows: rows[r] = fields, each a tuple of tokens
-        self.rows: list[list[tuple[int, ...]]] = []
-        self._starts: dict[int, list[tuple[int, int, bool]]] = {}  # token -> (row, field, spaced)
-        # forms[(row, field, spaced)]: a field's tokens as in the prompt (spaced=False) and
-        # as written after a space (" Ghent" is " Gh" "ent", not " " "G" "h" "ent")
-        self._forms: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        self.max_candidates = max_candidates
+        self._forms = block.forms
+        # token -> the (row, field, spaced) forms it starts; a lone " " first is its own
+        # token in text, so such a form is never started
+        self._starts: dict[int, list[FormKey]] = {}
+        for key, form in block.forms.items():
+            if text.token_bytes(form[0]).strip():
+                self._starts.setdefault(form[0], []).append(key)
         # normalized stream: symbols, the data row of each value symbol (_TEMPLATE_ROW for a
         # template placeholder, _TEXT for a symbol that is not a value)
         self._sym: list[int] = []
@@ -101,6 +127,8 @@ class RecordIndex:
         # row and field of the last whole value
         self._last_row = -1
         self._last_field = -1
+        self._data_span = self._push_prompt()  # the data block in the normalized stream
+        self._prompt_len = len(self._sym)  # symbols of the prompt in the normalized stream
 
     def __len__(self) -> int:
         return len(self._sym)
@@ -108,22 +136,17 @@ class RecordIndex:
     # --- observing -------------------------------------------------------------------
 
     def observe(self, tokens: Iterable[int]) -> None:
-        toks = int_list(tokens)
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            self._push_prompt(toks, self._find_rows(toks))
-            self._prompt_len = len(self._sym)
-            return
-        for t in toks:
+        """Append output tokens (the prompt came with the block)."""
+        for t in int_list(tokens):
             self._observe_output(t)
 
     def _text_factor(self, j: int) -> float:
         """How far to trust copying symbol j of the normalized stream as template text."""
         s = self._sym[j]
-        if j < self._prompt_len and b"<" in self._token_bytes(s):
+        if j < self._prompt_len and b"<" in self._text.token_bytes(s):
             return _Q_PLACEHOLDER  # "<major, minor or patch>": the model fills it in
         factor = 1.0
-        if self._numeric(s):
+        if self._text.numeric(s):
             # a number outside the data is likely computed ("average 44.27"): it changes
             # from record to record
             factor *= _Q_NUMBER
@@ -132,168 +155,30 @@ class RecordIndex:
             factor *= _Q_ONCE
         return factor
 
-    def _numeric(self, token: int) -> bool:
-        number = self._numbers.get(token)
-        if number is None:
-            number = self._numbers[token] = any(c in b"0123456789" for c in self._token_bytes(token))
-        return number
-
-    def _kind(self, token: int) -> int:
-        kind = self._kinds.get(token)
-        if kind is None:
-            raw = self._token_bytes(token)
-            if b"\n" in raw:
-                kind = _Kind.NEWLINE
-            elif raw and all(c in _SEPARATOR_CHARS or c in _PAD_CHARS for c in raw):
-                # "," or ", " separates fields; a lone " " may sit inside one ("python 3.8"),
-                # a quote or bracket around one ("{"name": "web-01"}")
-                kind = _Kind.SEPARATOR if any(c in _SEPARATOR_CHARS for c in raw) else _Kind.SPACE
-            else:
-                kind = _Kind.OTHER
-            self._kinds[token] = kind
-        return kind
-
-    def _find_rows(self, tokens: list[int]) -> tuple[int, int]:
-        """Find the data rows (and a header's column names); returns the block's token span."""
-        lines: list[list[tuple[int, ...]]] = []
-        ends: list[int] = []  # token index just past each line
-        fields: list[tuple[int, ...]] = []
-        cur: list[int] = []
-        for i, t in enumerate(tokens):
-            kind = self._kind(t)
-            if kind == _Kind.OTHER or (kind == _Kind.SPACE and cur):
-                cur.append(t)
-                continue
-            if kind == _Kind.SPACE:
-                continue  # space before a field
-            while cur and self._kind(cur[-1]) == _Kind.SPACE:
-                cur.pop()  # space after a field
-            if cur:
-                fields.append(tuple(cur))
-                cur = []
-            if kind == _Kind.NEWLINE:
-                lines.append(fields)
-                ends.append(i + 1)
-                fields = []
-        while cur and self._kind(cur[-1]) == _Kind.SPACE:
-            cur.pop()
-        if cur:
-            fields.append(tuple(cur))
-        lines.append(fields)
-        ends.append(len(tokens))
-        # the biggest block of consecutive lines with the same field count (>= 2)
-        best: tuple[int, int, int] = (0, 0, 0)  # (cells, start, end)
-        start = 0
-        for i in range(1, len(lines) + 1):
-            if i == len(lines) or len(lines[i]) != len(lines[start]):
-                count, width = i - start, len(lines[start])
-                # data has several columns; a template's "key: <value>" lines have two
-                if count >= 3 and width >= 2 and count * (width - 1) > best[0]:
-                    best = (count * (width - 1), start, i)
-                start = i
-        self.rows = lines[best[1] : best[2]]
-        span = (ends[best[1] - 1] if best[1] > 0 else 0, ends[best[2] - 1]) if self.rows else (0, 0)
-        if len(self.rows) >= 3 and self._is_header(self.rows[0], self.rows[1], tokens):
-            # column names, to read the template's placeholders ("<region>") as fields
-            self._columns = [self._column_name(f) for f in self.rows.pop(0)]
-        if sum(len(row) for row in self.rows) > _MAX_FIELDS:
-            self.rows = []  # not a report's data: too big to tokenize every field twice
-        for r, row in enumerate(self.rows):
-            for f, field in enumerate(row):
-                self._add_form((r, f, False), field)
-                spaced = self._with_space(field)
-                if spaced is not None:
-                    self._add_form((r, f, True), spaced)
-        return span
-
-    def _add_form(self, key: tuple[int, int, bool], tokens: tuple[int, ...]) -> None:
-        self._forms[key] = tokens
-        if self._token_bytes(tokens[0]).strip():  # a lone " " first is its own token in text
-            self._starts.setdefault(tokens[0], []).append(key)
-
-    def _column_name(self, field: tuple[int, ...]) -> str:
-        words = self._text(field).lower().replace("(", " ").replace(")", " ").split()
-        return words[-1] if words else ""
-
-    def _push_prompt(self, tokens: list[int], data: tuple[int, int]) -> None:
+    def _push_prompt(self) -> tuple[int, int]:
         """The prompt into the normalized stream, each template placeholder naming a column
-        ("<region>", "<old version>" for the column "old") as that field's value symbol of a
-        row before the first: so the first record can be drafted from the template. `data`:
-        the data block's token span, located again in the normalized stream."""
+        as that field's value symbol of a row before the first: so the first record can be
+        drafted from the template. Returns the data block's span in the normalized stream."""
+        tokens, data = self.block.tokens, self.block.span
+        placeholders = {p.start: p for p in self.block.placeholders}
         i = 0
         span: list[int] = []  # where the data block begins and ends in the normalized stream
         while i < len(tokens):
             while len(span) < 2 and i >= data[len(span)]:
                 span.append(len(self._sym))
-            found = self._placeholder(tokens, i) if self._columns else None
+            found = placeholders.get(i)
             if found is None:
                 self._push(tokens[i])
                 i += 1
                 continue
-            before, field, spaced, after, i = found
-            for t in before:
+            for t in found.before:
                 self._push(t)
-            self._push(VALUE + field, _TEMPLATE_ROW, spaced)
-            for t in after:
+            self._push(VALUE + found.field, _TEMPLATE_ROW, found.spaced)
+            for t in found.after:
                 self._push(t)
+            i = found.end
         span += [len(self._sym)] * (2 - len(span))
-        self._data_span = (span[0], span[1])
-
-    def _placeholder(self, tokens: list[int], i: int) -> tuple[list[int], int, bool, list[int], int] | None:
-        """A "<name>" placeholder opening at token i: (tokens before the "<", field,
-        spaced, tokens after the ">", index past it), or None."""
-        opening = self._text([tokens[i]])
-        if not opening.endswith("<") or self._tokenize is None:
-            return None
-        for j in range(i + 1, min(i + 8, len(tokens))):
-            text = self._text([tokens[j]])
-            if ">" not in text:
-                continue
-            inner = self._text(tokens[i + 1 : j]) + text[: text.index(">")]
-            name = inner.strip().lower()
-            field = next(
-                (f for f, col in enumerate(self._columns) if col and (name == col or name.startswith(col + " "))),
-                None,
-            )
-            if field is None:
-                return None
-            lead, rest = opening[:-1], text[text.index(">") + 1 :]
-            spaced = lead.endswith(" ") or (lead == "" and opening.startswith(" "))
-            before = self._tokenize(lead.rstrip(" ")) if lead.rstrip(" ") else []
-            after = self._tokenize(rest) if rest else []
-            return before, field, spaced, after, j + 1
-        return None
-
-    def _is_header(self, row: list[tuple[int, ...]], after: list[tuple[int, ...]], tokens: list[int]) -> bool:
-        """A block's first line is its header (column names, not data) when it shares no
-        field with the next line (JSON lines repeat their keys) and most of its words also
-        occur elsewhere in the prompt: the template names the same columns."""
-        if set(row) & set(after):
-            return False
-        prompt = self._text(tokens).lower()
-        words = [w for w in (self._text(f).strip(" ()[]:").lower() for f in row) if sum(c.isalpha() for c in w) >= 3]
-        named = sum(prompt.count(w) >= 2 for w in words)
-        return len(words) >= 2 and 2 * named >= len(row)
-
-    def _bytes(self, tokens: Iterable[int]) -> bytes:
-        return b"".join(self._token_bytes(t) for t in tokens)
-
-    def _text(self, tokens: Iterable[int]) -> str:
-        return self._bytes(tokens).decode("utf-8", "replace")
-
-    def _with_space(self, field: tuple[int, ...]) -> tuple[int, ...] | None:
-        """The tokens of " " + the field's text (the field itself if it starts with a space;
-        maybe a lone " " token and then the field, as digits are written)."""
-        raw = self._bytes(field)
-        if raw[:1].isspace():
-            return field
-        if self._tokenize is None:
-            return None
-        try:
-            toks = tuple(self._tokenize(" " + raw.decode("utf-8")))
-        except UnicodeDecodeError:
-            return None
-        return toks or None
+        return span[0], span[1]
 
     def _observe_output(self, t: int) -> None:
         if self._open is not None:
@@ -372,12 +257,10 @@ class RecordIndex:
     # --- proposing -------------------------------------------------------------------
 
     def propose(self, max_depth: int, max_candidates: int) -> list[Candidate]:
-        if not self.rows or max_depth <= 0 or len(self._sym) < 2:
+        if not self.block.rows or max_depth <= 0 or len(self._sym) < 2:
             return []
-        # Only the best match's draft. The others come from shorter matches elsewhere in
-        # the stream; at the first token where they differ from it they are mostly wrong,
-        # and as siblings in a tree they took the first-child place on ties (offline replay
-        # of 8 report prompts, two prompt sets: never slower with one, up to 30% faster).
+        # Only the best match's draft by default: other matches' drafts are mostly wrong where
+        # they differ from it, and took its first-child place on ties (bench/README.md).
         max_candidates = min(max_candidates, self.max_candidates)
         # A value being written is read both ways: as that value (finish it, then what
         # followed the value), or as text that only begins like one ("8" of "below 80").
@@ -435,7 +318,7 @@ class RecordIndex:
         in_data = self._data_span[0] <= j < self._data_span[1]
         while len(tokens) < max_depth and j < len(sym):
             s = sym[j]
-            if in_data and self._kind(s) in (_Kind.SEPARATOR, _Kind.NEWLINE):
+            if in_data and self._text.kind(s) in (Kind.SEPARATOR, Kind.NEWLINE):
                 break  # a match inside a data line copies the rest of that field only
             if s < VALUE:
                 tokens.append(s)
