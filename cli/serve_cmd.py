@@ -14,7 +14,8 @@ from cli.models_cmd import _RichProgress
 from lookahead.backend.llama import BackendConfig
 from lookahead.drafting import DraftConfig
 from lookahead.errors import ConfigError, UserError
-from lookahead.models import check_gguf, default_cache_dir, resolve_model
+from lookahead.gguf import check_gguf
+from lookahead.models import default_cache_dir, resolve_model
 
 
 def read_keys(api_key: str | None, api_key_file: Path | None) -> tuple[str, ...]:
