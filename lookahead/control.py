@@ -12,7 +12,8 @@ so this holds for trees as well as chains). The controller picks
 and drafts only when that beats plain decoding, 1 / t(1), by `min_gain`.
 
 Three pieces: `CostModel` learns t(size) on this machine, `AcceptanceStats` learns how far
-the sources' own q can be trusted, `Controller` combines them once per step. `simulate`
+the sources' own q can be trusted, `Controller` combines them once per step. `FixedPolicy`
+is the non-adaptive alternative (verify whatever was drafted, a fixed K). `simulate`
 replays a recorded trace with no model, for tests and tuning.
 """
 
@@ -151,8 +152,6 @@ class CostModel:
 class ControlConfig:
     """Knobs of the adaptive-K controller. Built once at the edge (CLI, server, bench)."""
 
-    # False: verify every node the caller drafted, up to `budget` and `k_max` (fixed K).
-    adaptive: bool = True
     # Deepest node a verified prefix may contain (the longest chain, K).
     k_max: int = 64
     # Most draft nodes verified in one step; the batch is budget + 1 tokens.
@@ -397,9 +396,9 @@ class Choice:
 
     n: int = 0  # draft nodes verified (0 = plain decoding)
     depth: int = 0  # deepest of them
-    drafting: bool = False  # verified because it pays (with adaptive=False: because n > 0)
+    drafting: bool = False  # verified because it pays
     probing: bool = False  # a probe: verified to learn, not because it pays
-    expected_gain: float = 1.0  # expected tokens/s over plain decoding (NaN for fixed K)
+    expected_gain: float = 1.0  # expected tokens/s over plain decoding
 
 
 class Controller:
@@ -490,8 +489,6 @@ class Controller:
         """Number of leading draft nodes to verify this step (0 = plain decoding)."""
         limit = self.limit(draft)
         self._draft = draft
-        if not self.config.adaptive:
-            return self._record_choice(draft, limit, drafting=limit > 0, gain=math.nan)
         if limit == 0:  # nothing to weigh: keep the drafting state as it was
             return self._record_choice(draft, 0, drafting=self.drafting, gain=1.0)
         expected = self.expected_tokens(draft, limit)
@@ -640,6 +637,32 @@ class _Cursor:
     draft: Draft  # the draft given to choose()
     start: int  # nodes before this were verified (scored already)
     node: int  # the deepest node known to match the model's tokens (-1 = the root)
+
+
+class FixedPolicy:
+    """Verify every drafted node: fixed K (depth), budget and branching; or no drafts."""
+
+    def __init__(self, k: int, budget: int | None = None, branches: int = 1) -> None:
+        self._k = max(0, k)
+        self._budget = self._k if budget is None else max(0, budget)
+        self._branches = max(1, branches)
+        self._steps = 0
+        self._accepted = 0
+
+    budget = property(lambda self: self._budget)
+    max_depth = property(lambda self: self._k)
+    branches = property(lambda self: self._branches)
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._steps if self._steps else 0.0
+
+    def choose(self, draft: Draft) -> int:
+        return min(len(draft), self._budget)
+
+    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None:
+        self._steps += 1
+        self._accepted += len(accepted)
 
 
 @dataclass

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lookahead.control import ControlConfig, Controller, CostModel
-from lookahead.engine import FixedPolicy, Policy
+from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.engine import Policy
 from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
@@ -62,12 +62,10 @@ class DraftConfig:
             raise ConfigError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
 
     def control(self) -> ControlConfig:
-        budget = self.budget if self.adaptive else min(self.budget, self.k * self.branches)
-        k_max = self.k_max if self.adaptive else self.k
+        """The adaptive controller's knobs."""
         return ControlConfig(
-            adaptive=self.adaptive,
-            k_max=k_max,
-            budget=max(budget, 0),
+            k_max=self.k_max,
+            budget=self.budget,
             branches=self.branches,
             probe_every=self.probe_every,
             min_gain=self.min_gain,
@@ -110,9 +108,10 @@ class DraftState:
         return Proposer(sources)
 
     def policy(self, config: DraftConfig) -> Policy:
+        if not config.adaptive:
+            budget = min(config.budget, config.k * config.branches)
+            return FixedPolicy(config.k, budget=budget, branches=config.branches)
         ctl = config.control()
-        if not ctl.adaptive:
-            return FixedPolicy(ctl.k_max, budget=ctl.budget, branches=ctl.branches)
         if ctl not in self.controllers:
             self.controllers[ctl] = Controller(ctl, self.cost)
         return self.controllers[ctl]

@@ -17,6 +17,7 @@ from lookahead.control import (
     ControlConfig,
     Controller,
     CostModel,
+    FixedPolicy,
     path_probs,
     simulate,
 )
@@ -223,14 +224,18 @@ def test_calibration_reacts_to_a_change_of_regime() -> None:
 
 
 def test_fixed_k_verifies_what_was_drafted() -> None:
-    ctl = controller(adaptive=False, budget=8)
+    fixed = FixedPolicy(4, budget=8, branches=2)
+    policy: Policy = fixed  # checked by mypy
+    assert (policy.budget, policy.max_depth, policy.branches) == (8, 4, 2)
     long, short = Draft.chain(list(range(20)), q=0.01), Draft.chain([1, 2, 3], q=0.01)
     for _ in range(30):  # however badly it goes
-        assert ctl.choose(long) == 8
-        ctl.observe(long.prefix(8), [], 0.05)
-    assert ctl.choose(short) == 3
-    assert ctl.choose(Draft.empty()) == 0
-    assert ctl.drafting is False and ctl.last_n == 0
+        assert policy.choose(long) == 8
+        policy.observe(long.prefix(8), [], 0.05)
+    assert policy.choose(short) == 3
+    assert policy.choose(Draft.empty()) == 0
+    policy.observe(short, [0, 1], 0.05)
+    assert policy.alpha == pytest.approx(2 / 31)
+    assert FixedPolicy(0).choose(long) == 0  # K = 0: plain decoding
 
 
 def test_depth_limit_cuts_the_prefix() -> None:
