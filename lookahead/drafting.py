@@ -24,6 +24,7 @@ from lookahead.models import Progress
 from lookahead.propose import Proposer
 
 MAX_BUDGET = 256  # most nodes per verify batch (the context's n_batch is 512)
+_CONTROL = ControlConfig()  # the controller knobs' defaults
 
 
 @dataclass(frozen=True)
@@ -33,26 +34,19 @@ class DraftConfig:
     enabled: bool = True  # False = plain decoding (the baseline)
     adaptive: bool = True  # choose the draft size each step from measured cost and alpha
     k: int = 8  # with adaptive=False: draft tokens per branch (fixed K)
-    k_max: int = 64  # with adaptive=True: deepest draft the controller may verify
-    budget: int = 64  # most tree nodes verified per step
-    branches: int = 2  # most children per tree node (1 = a single chain)
+    # k_max, budget, branches, probe_every, min_gain: the adaptive controller's knobs, passed
+    # on by control(); `ControlConfig` documents them and holds their defaults. budget and
+    # branches bound the fixed-K drafts too.
+    k_max: int = _CONTROL.k_max  # with adaptive=True: deepest draft the controller may verify
+    budget: int = _CONTROL.budget  # most tree nodes verified per step
+    branches: int = _CONTROL.branches  # most children per tree node (1 = a single chain)
     ngram_order: int = 4  # longest context of the n-gram table
     records: bool = True  # draft whole report records, values taken from the prompt's data rows
     shipped_corpora: bool = True  # draft from the corpora/ folder shipped with lookahead
     corpora: tuple[Path, ...] = ()  # more static corpus folders (e.g. the user's repository)
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
-    # Probe (verify a small draft) after this many declined steps; 0 = never. Off by
-    # default: every declined draft is scored for free against the tokens the model then
-    # writes, which teaches the controller as much as a probe, and on a CPU where a batch of
-    # 2 costs ~2.4 one-token steps a failed probe is expensive.
-    probe_every: int = 0
-    # Draft only when a step's expected speedup over plain decoding beats this factor. Above
-    # the controller's neutral 1.05: early in a request its acceptance estimates are still
-    # the indexes' own (optimistic) ones, picking the best of many noisy prefixes is
-    # optimistic too, and a failed draft costs 2.4+ one-token steps on a 2-core CPU.
-    # Measured (bench/compare, Qwen-0.5B, 18 prompts): 1.15 was ahead of 1.05 on every kind
-    # but code completion, where both were equal.
-    min_gain: float = 1.15
+    probe_every: int = _CONTROL.probe_every  # probe after this many declined steps; 0 = never
+    min_gain: float = _CONTROL.min_gain  # draft only when the expected speedup beats this
 
     def __post_init__(self) -> None:
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):

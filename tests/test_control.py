@@ -22,6 +22,7 @@ from lookahead.control import (
     simulate,
 )
 from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
+from lookahead.drafting import DraftConfig
 from lookahead.engine import Policy
 
 T1 = 0.02  # seconds of a one-token decode in these traces
@@ -51,9 +52,14 @@ def chains(
         yield draft, list(range(m))
 
 
+# The controller on these traces: the neutral margin and probes on (production drafts
+# only at 1.15 and does not probe; the traces test the mechanisms, not those settings).
+NEUTRAL: dict[str, object] = {"min_gain": 1.05, "probe_every": 8}
+
+
 def controller(curve: Callable[[int], float] = flat, **config: object) -> Controller:
     calibration = {s: curve(s) for s in SIZES}
-    return Controller(ControlConfig(**config), CostModel(calibration))  # type: ignore[arg-type]
+    return Controller(ControlConfig(**{**NEUTRAL, **config}), CostModel(calibration))  # type: ignore[arg-type]
 
 
 def best_fixed(p: float, curve: Callable[[int], float], length: int = 64) -> float:
@@ -313,7 +319,7 @@ def test_respects_a_cost_knee() -> None:
     assert speed >= 0.9 * best_fixed(0.995, knee)
     # not calibrated at load: it learns the cost of the sizes it tries, and stays under the
     # knee, but the sizes it never tries stay at the prior's guess (here too expensive)
-    ctl = Controller(ControlConfig(), CostModel())
+    ctl = Controller(ControlConfig(**NEUTRAL), CostModel())  # type: ignore[arg-type]
     chosen, _, speed = replay(ctl, chains(7, [0.995] * 200), knee)
     assert chosen[50:].max() <= 8
     assert speed >= 0.6 * best_fixed(0.995, knee)
@@ -415,6 +421,12 @@ def test_config_rejects_nonsense() -> None:
         ControlConfig(min_gain=0)
     with pytest.raises(ValueError):
         ControlConfig(probe_every=-1)
+
+
+def test_draft_config_passes_the_controller_its_own_defaults() -> None:
+    assert DraftConfig().control() == ControlConfig()
+    knobs = DraftConfig(k_max=12, budget=20, branches=3, probe_every=4, min_gain=1.3).control()
+    assert knobs == ControlConfig(k_max=12, budget=20, branches=3, probe_every=4, min_gain=1.3)
 
 
 def test_controller_is_an_engine_policy() -> None:
