@@ -23,6 +23,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -408,27 +409,115 @@ class Choice:
     expected_gain: float = 1.0  # expected tokens/s over plain decoding
 
 
+class Trials(NamedTuple):
+    """Nodes of a draft that were tried (reached, verified or scored for free) and which hit."""
+
+    draft: Draft
+    nodes: npt.NDArray[np.intp]
+    hit: npt.NDArray[np.bool_]
+
+
+class ShadowScorer:
+    """Scores, for free, draft nodes that were not verified, as the model's own tokens
+    arrive: the bonus token of the step, then the next steps' tokens.
+
+    Below the last accepted node, each level's nodes are trials and the one whose token the
+    model emitted is the hit; the walk goes on below it and ends at a miss. A declined draft
+    is thus checked at every depth, and a copy the controller did not dare verify still
+    raises its calibration. Up to MAX_PENDING drafts are followed at once (newest kept).
+    """
+
+    def __init__(self) -> None:
+        self._offered: Draft | None = None  # the whole draft given to the last choose()
+        self._pending: list[_Cursor] = []  # unverified drafts still being scored
+
+    def offer(self, draft: Draft) -> None:
+        """The whole draft this step's choice was made from."""
+        self._offered = draft
+
+    def score(
+        self, verified: Draft, accepted: Sequence[int], bonus: int | None
+    ) -> tuple[list[Trials], Trials | None]:
+        """The trials this step's tokens decide: those of older drafts (one entry per draft
+        and token), and those of the offered draft's first unverified level, which extends
+        `verified` (same node indices) or is None. Nothing without `bonus`."""
+        if bonus is None:
+            return [], None
+        emitted = [int(verified.tokens[i]) for i in accepted] + [bonus]
+        older: list[Trials] = []
+        alive = []
+        for cursor in self._pending:  # older drafts: feed them this step's tokens
+            for tok in emitted:
+                found = cursor.feed(tok)
+                if found is not None:
+                    older.append(found)
+                if found is None or not found.hit.any():
+                    break
+            else:
+                alive.append(cursor)
+        fresh = None
+        draft = self._offered
+        n = len(verified)
+        if draft is not None and len(draft) > n and (
+            n == 0 or np.array_equal(draft.tokens[:n], verified.tokens)
+        ):
+            cursor = _Cursor(draft, n, accepted[-1] if len(accepted) else -1)
+            fresh = cursor.feed(bonus)
+            if fresh is not None and fresh.hit.any():
+                alive.append(cursor)
+        self._pending = alive[-MAX_PENDING:]
+        return older, fresh
+
+    def forget(self) -> None:
+        """Stop scoring earlier drafts (a new request, or a replay of unrelated drafts)."""
+        self._pending = []
+
+
+# Pending unverified drafts scored as the model's tokens arrive (newest kept).
+MAX_PENDING = 4
+
+
+@dataclass
+class _Cursor:
+    draft: Draft  # the draft given to choose()
+    start: int  # nodes before this were verified (scored already)
+    node: int  # the deepest node known to match the model's tokens (-1 = the root)
+
+    def feed(self, token: int) -> Trials | None:
+        """One model token: the nodes it decides (the unverified children of the cursor's
+        node) and which matched; the cursor moves to the match. None when the draft has
+        nothing more there."""
+        d = self.draft
+        kids = np.flatnonzero(d.parents[self.start :] == self.node) + self.start
+        if len(kids) == 0:
+            return None
+        hit = d.tokens[kids] == token
+        if hit.any():
+            self.node = int(kids[int(np.argmax(hit))])
+        return Trials(d, kids, hit)
+
+
 class Controller:
     """Picks how many draft nodes to verify each step and learns from what was accepted.
 
     Use: `n = choose(draft)`, verify `draft.prefix(n)`, then `observe(prefix, accepted,
     seconds, bonus)`. When no prefix pays, it decodes plainly and waits for evidence that
-    drafting pays again: free shadow checks of the draft against the bonus token every
-    step, and, when those are not available, a small probe every `probe_every` steps.
+    drafting pays again: free shadow checks of the draft against the model's tokens every
+    step (`shadow`), and, when those are not available, a small probe every `probe_every`
+    steps. What it learned is in `stats`, its last decision in `last`.
     """
 
     def __init__(self, config: ControlConfig | None = None, cost: CostModel | None = None) -> None:
         self.config = config or ControlConfig()
         self.cost = cost or CostModel()
         self.stats = AcceptanceStats(self.config)
+        self.shadow = ShadowScorer()
         self.last = Choice()  # the last decision
         self._declined = 0  # declined steps since the last probe or draft that taught nothing
         self._probe_size = self.config.probe_nodes
         self._escalate = False  # the last probe was accepted in full: probe bigger next step
-        self._draft: Draft | None = None  # the whole draft given to the last choose()
-        self._pending: list[_Cursor] = []  # unverified drafts still being scored
 
-    # what to ask the drafter for (the engine's Policy protocol)
+    # the engine's Policy protocol: what to ask the drafter for, and the rolling alpha
     @property
     def budget(self) -> int:
         return self.config.budget
@@ -441,38 +530,9 @@ class Controller:
     def branches(self) -> int:
         return self.config.branches
 
-    # read-only views for events and displays
-    @property
-    def drafting(self) -> bool:
-        return self.last.drafting
-
-    @property
-    def expected_gain(self) -> float:
-        return self.last.expected_gain
-
-    @property
-    def last_n(self) -> int:
-        return self.last.n
-
-    @property
-    def last_depth(self) -> int:
-        return self.last.depth
-
     @property
     def alpha(self) -> float:
         return self.stats.alpha
-
-    @property
-    def alpha_ema(self) -> float:
-        return self.stats.alpha_ema
-
-    @property
-    def depth_rate(self) -> Floats:
-        return self.stats.depth_rate
-
-    @property
-    def source_rate(self) -> dict[str, float]:
-        return self.stats.source_rate
 
     def limit(self, draft: Draft) -> int:
         """Longest prefix allowed: at most `budget` nodes, none deeper than `k_max`."""
@@ -495,9 +555,9 @@ class Controller:
     def choose(self, draft: Draft) -> int:
         """Number of leading draft nodes to verify this step (0 = plain decoding)."""
         limit = self.limit(draft)
-        self._draft = draft
+        self.shadow.offer(draft)
         if limit == 0:  # nothing to weigh: keep the drafting state as it was
-            return self._record_choice(draft, 0, drafting=self.drafting, gain=1.0)
+            return self._record_choice(draft, 0, drafting=self.last.drafting, gain=1.0)
         expected = self.expected_tokens(draft, limit)
         t = self.cost.table(limit + 1)[1 : limit + 2]
         # gain[n]: expected tokens/s verifying n nodes, over plain decoding's 1 / t(1)
@@ -535,8 +595,8 @@ class Controller:
         node indices, root to leaf; `seconds`: the verify time of the n + 1 tokens; `bonus`:
         the token the model produced after the accepted path. With `bonus`, nodes of the
         draft last passed to choose() that were not verified but hang right below the
-        accepted path are scored for free: they would have been accepted exactly when
-        their token equals the bonus token (the model's own choice there).
+        accepted path are scored for free (see `ShadowScorer`): they would have been
+        accepted exactly when their token equals the bonus token (the model's own choice).
         """
         n = len(verified)
         self.cost.observe(n + 1, seconds)
@@ -546,14 +606,20 @@ class Controller:
         on[0] = True
         on[np.asarray(accepted, dtype=np.intp) + 1] = True
         reached = np.flatnonzero(on[verified.parents.astype(np.intp) + 1])
-        hit = on[reached + 1]
-        trials = [(verified, reached, hit)]
-        taught = self._score_unverified(verified, accepted, bonus, trials)
-        # this step's trials in one call (the change test weighs a step's evidence together)
-        d = trials[-1][0]
-        reached = np.concatenate([t[1] for t in trials])
-        hit = np.concatenate([t[2] for t in trials])
-        self.stats.record_trials(d.q[reached], d.sources[reached], d.depth[reached], hit)
+        step = Trials(verified, reached, on[reached + 1])
+        older, fresh = self.shadow.score(verified, accepted, bonus)
+        if fresh is not None:  # the offered draft extends the verified prefix: one batch
+            step = Trials(
+                fresh.draft,
+                np.concatenate([step.nodes, fresh.nodes]),
+                np.concatenate([step.hit, fresh.hit]),
+            )
+        # older drafts' trials first, then this step's in one call (the change test weighs
+        # a call's evidence together)
+        for trials in [*older, step]:
+            d, nodes = trials.draft, trials.nodes
+            self.stats.record_trials(d.q[nodes], d.sources[nodes], d.depth[nodes], trials.hit)
+        taught = bool(older) or fresh is not None
         if self.last.probing:
             # a probe accepted down to its deepest node: confirm with a bigger one next step
             full = n > 0 and len(accepted) == verified.max_depth
@@ -561,89 +627,8 @@ class Controller:
             self._probe_size = (
                 min(2 * self._probe_size, self.config.budget) if full else self.config.probe_nodes
             )
-        elif not self.drafting and not taught:
+        elif not self.last.drafting and not taught:
             self._declined += 1  # a declined step that taught nothing: counts toward a probe
-
-    def _score_unverified(
-        self,
-        verified: Draft,
-        accepted: Sequence[int],
-        bonus: int | None,
-        trials: list[tuple[Draft, npt.NDArray[np.intp], npt.NDArray[np.bool_]]],
-    ) -> bool:
-        """Score, for free, the draft nodes that were not verified, as the model's own tokens
-        arrive: the bonus token now, the next steps' tokens later. Below the last accepted
-        node, each level's nodes are trials and the one whose token the model emitted is the
-        hit; the walk goes on below it and ends at a miss. Returns whether anything was
-        learned this step. The new draft's first level joins `trials` (it extends the
-        verified prefix, same node indices); older drafts are recorded here.
-        """
-        if bonus is None:
-            return False
-        emitted = [int(verified.tokens[i]) for i in accepted] + [bonus]
-        taught = False
-        alive = []
-        for cursor in self._pending:  # older drafts: feed them this step's tokens
-            for tok in emitted:
-                found = self._feed(cursor, tok)
-                going = found is not None and bool(found[1].any())
-                if found is not None:
-                    taught = True
-                    self.stats.record_trials(
-                        cursor.draft.q[found[0]],
-                        cursor.draft.sources[found[0]],
-                        cursor.draft.depth[found[0]],
-                        found[1],
-                    )
-                if not going:
-                    break
-            else:
-                alive.append(cursor)
-        draft = self._draft
-        n = len(verified)
-        if draft is not None and len(draft) > n and (
-            n == 0 or np.array_equal(draft.tokens[:n], verified.tokens)
-        ):
-            cursor = _Cursor(draft, n, accepted[-1] if len(accepted) else -1)
-            found = self._feed(cursor, bonus)
-            if found is not None:
-                taught = True
-                trials.append((draft, found[0], found[1]))
-                if found[1].any():
-                    alive.append(cursor)
-        self._pending = alive[-MAX_PENDING:]
-        return taught
-
-    def forget_pending(self) -> None:
-        """Stop scoring earlier drafts (a new request, or a replay of unrelated drafts)."""
-        self._pending = []
-
-    @staticmethod
-    def _feed(
-        cursor: _Cursor, token: int
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]] | None:
-        """One model token for a pending draft: the nodes it decides (the unverified children
-        of the cursor's node) and which matched; the cursor moves to the match. None when
-        the draft has nothing more there."""
-        d = cursor.draft
-        kids = np.flatnonzero(d.parents[cursor.start :] == cursor.node) + cursor.start
-        if len(kids) == 0:
-            return None
-        hit = d.tokens[kids] == token
-        if hit.any():
-            cursor.node = int(kids[int(np.argmax(hit))])
-        return kids, hit
-
-
-# Pending unverified drafts scored as the model's tokens arrive (newest kept).
-MAX_PENDING = 4
-
-
-@dataclass
-class _Cursor:
-    draft: Draft  # the draft given to choose()
-    start: int  # nodes before this were verified (scored already)
-    node: int  # the deepest node known to match the model's tokens (-1 = the root)
 
 
 class FixedPolicy:
@@ -711,7 +696,7 @@ def simulate(
         controller.observe(draft.prefix(n), list(path[:m]), seconds, token if bonus else None)
         # trace entries are independent drafts, not one token stream: later entries' tokens
         # say nothing about this draft, so nothing stays pending past its own bonus token
-        controller.forget_pending()
+        controller.shadow.forget()
         result.tokens += m + 1
         result.seconds += seconds
         result.chosen.append(n)

@@ -18,6 +18,7 @@ from lookahead.control import (
     Controller,
     CostModel,
     FixedPolicy,
+    ShadowScorer,
     path_probs,
     simulate,
 )
@@ -79,9 +80,9 @@ def replay(
         m = sum(1 for i in path if i < n)
         token = int(draft.tokens[path[m]]) if m < len(path) else -1
         ctl.observe(draft.prefix(n), path[:m], curve(n + 1), token if bonus else None)
-        ctl.forget_pending()  # synthetic entries are independent drafts, not one stream
+        ctl.shadow.forget()  # synthetic entries are independent drafts, not one stream
         chosen.append(n)
-        drafting.append(ctl.drafting)
+        drafting.append(ctl.last.drafting)
         tokens += m + 1
         seconds += curve(n + 1)
     return np.array(chosen), np.array(drafting), tokens / seconds
@@ -247,7 +248,7 @@ def test_fixed_k_verifies_what_was_drafted() -> None:
 def test_depth_limit_cuts_the_prefix() -> None:
     ctl = controller(k_max=3, min_gain=1.0)
     assert ctl.choose(Draft.chain(list(range(10)), q=1.0)) == 3
-    assert ctl.last_depth == 3
+    assert ctl.last.depth == 3
     # node 3 is at depth 4: the prefix stops before it, even though node 4 is shallow
     tree = Draft(
         np.arange(5, dtype=np.int32),
@@ -262,9 +263,9 @@ def test_depth_limit_cuts_the_prefix() -> None:
 def test_min_gain_is_a_margin_over_plain_decoding() -> None:
     one = Draft.chain([7], q=0.86)  # expected (1 + 0.86) / t(2) = 1.033 of plain decoding
     tight, loose = controller(min_gain=1.05), controller(min_gain=1.02)
-    assert tight.choose(one) == 0 and not tight.drafting
-    assert loose.choose(one) == 1 and loose.drafting
-    assert loose.expected_gain == pytest.approx(1.86 / 1.8, rel=1e-5)
+    assert tight.choose(one) == 0 and not tight.last.drafting
+    assert loose.choose(one) == 1 and loose.last.drafting
+    assert loose.last.expected_gain == pytest.approx(1.86 / 1.8, rel=1e-5)
 
 
 def test_turns_drafting_off_when_acceptance_is_tiny() -> None:
@@ -308,8 +309,8 @@ def test_grows_long_drafts_on_high_acceptance() -> None:
     assert np.median(chosen_high[50:]) >= 16
     assert chosen_high[50:].max() >= 28
     assert np.median(chosen_mid[50:]) <= 8
-    assert high.alpha > 10 and high.alpha_ema > 10
-    assert high.depth_rate[1] > 0.9
+    assert high.alpha > 10 and high.stats.alpha_ema > 10
+    assert high.stats.depth_rate[1] > 0.9
 
 
 def test_respects_a_cost_knee() -> None:
@@ -386,7 +387,7 @@ def test_trees_use_calibration_per_source() -> None:
     assert chosen[5:] == [3] * 25  # then only the suffix branch is worth verifying
     q = ctl.stats.calibrated(tree.q, tree.sources)
     assert q[:3].min() > 0.9 and q[3:].max() < 0.7
-    assert ctl.source_rate["suffix"] > 0.9 and ctl.source_rate["ngram"] < 0.1
+    assert ctl.stats.source_rate["suffix"] > 0.9 and ctl.stats.source_rate["ngram"] < 0.1
 
 
 def test_observe_bookkeeping_and_shadow_evidence() -> None:
@@ -401,7 +402,7 @@ def test_observe_bookkeeping_and_shadow_evidence() -> None:
         ctl.choose(draft)
         ctl.observe(draft.prefix(4), list(range(m)), 0.06)
     assert ctl.alpha == pytest.approx((2 + 3 + 4 + 4) / 4)
-    assert 0 < ctl.alpha_ema < 4
+    assert 0 < ctl.stats.alpha_ema < 4
     assert ctl.choose(Draft.empty()) == 0
 
 
@@ -452,7 +453,23 @@ def test_unverified_drafts_are_scored_as_the_model_writes() -> None:
         ctl.observe(Draft.empty(), [], 0.02, bonus=tok)
     after = ctl.stats.calibrated(draft.q[:1], draft.sources[:1])[0]
     assert after > before + 0.3
-    assert ctl.depth_rate[8] > 0.5  # the deepest node was scored too
+    assert ctl.stats.depth_rate[8] > 0.5  # the deepest node was scored too
+
+
+def test_shadow_scorer_turns_a_declined_draft_into_trials_until_a_miss() -> None:
+    shadow = ShadowScorer()
+    draft = Draft.chain([5, 6, 7, 8], q=0.5)
+    shadow.offer(draft)
+    older, fresh = shadow.score(Draft.empty(), [], bonus=5)  # declined; the model wrote 5
+    assert older == [] and fresh is not None
+    assert fresh.nodes.tolist() == [0] and fresh.hit.tolist() == [True]
+    shadow.offer(Draft.empty())
+    older, fresh = shadow.score(Draft.empty(), [], bonus=6)  # next step: node 1 hits too
+    assert fresh is None and [(t.nodes.tolist(), t.hit.tolist()) for t in older] == [([1], [True])]
+    older, _ = shadow.score(Draft.empty(), [], bonus=9)  # a miss ends the walk
+    assert [(t.nodes.tolist(), t.hit.tolist()) for t in older] == [([2], [False])]
+    assert shadow.score(Draft.empty(), [], bonus=8) == ([], None)
+    assert shadow.score(Draft.empty(), [], bonus=None) == ([], None)  # no token, no trials
 
 
 def test_a_wrong_guess_scored_later_lowers_calibration() -> None:
