@@ -203,6 +203,14 @@ class ControlConfig:
             raise ConfigError("probe_every must be >= 0, prior_trials > 0")
 
 
+def _lookup(values: Floats, index: npt.NDArray[np.intp]) -> Floats:
+    """values[index], 0 where index is past the end (nothing recorded there yet)."""
+    if len(index) == 0 or int(index.max()) < len(values):
+        return values[index]
+    inside = index < len(values)
+    return np.where(inside, values[np.where(inside, index, 0)], 0.0)
+
+
 # Upper edges of the q bins of the calibration: finer near 1, where long chains live and
 # a few percent of q change the best n a lot.
 Q_EDGES = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98])
@@ -254,18 +262,20 @@ class AcceptanceStats:
     def cells(
         self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]
     ) -> npt.NDArray[np.intp]:
-        """Flat calibration cell of each node."""
-        src = sources.astype(np.intp)
-        if len(src) and (int(src.max()) + 1) * N_BINS > len(self._hits):
-            grow = (int(src.max()) + 1) * N_BINS - len(self._hits)
+        """Flat calibration cell of each node (maybe past the arrays: a source never tried)."""
+        return sources.astype(np.intp) * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
+
+    def _grow(self, sources: npt.NDArray[np.int8]) -> None:
+        """Room for the cells of `sources` (a source id past those seen so far)."""
+        more = int(sources.max()) + 1 - len(self._src_hits)
+        if more > 0:
+            grow = more * N_BINS
             self._hits = np.concatenate([self._hits, np.zeros(grow)])
             self._trials = np.concatenate([self._trials, np.zeros(grow)])
             self._up = np.concatenate([self._up, np.zeros(grow)])
             self._down = np.concatenate([self._down, np.zeros(grow)])
-            more = len(self._hits) // N_BINS - len(self._src_hits)
             self._src_hits = np.concatenate([self._src_hits, np.zeros(more)])
             self._src_promised = np.concatenate([self._src_promised, np.zeros(more)])
-        return src * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
 
     def calibrated(self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]) -> Floats:
         """q' of each node: its source's recent record at its level of confidence.
@@ -276,17 +286,20 @@ class AcceptanceStats:
         A source that claims 0.9 and is right a third of the time is then doubted in every
         bin at once, not bin by bin. The trust is at most 1 (a cell learns on its own that
         its source is too modest), fades back to 1 with the rest of the evidence, and
-        returns to 1 at once when a cell of its source changes regime.
+        returns to 1 at once when a cell of its source changes regime. A source never tried
+        has no evidence: q' is its own q (capped below 1 like every prior).
         """
-        cells = self.cells(q, sources)
         src = sources.astype(np.intp)
+        cells = self.cells(q, sources)
+        src_hits, promised = _lookup(self._src_hits, src), _lookup(self._src_promised, src)
+        hits, trials = _lookup(self._hits, cells), _lookup(self._trials, cells)
         k = self.config.source_prior_trials
         # at most 1: never more sure than the source itself (cells learn underconfidence)
-        trust = np.minimum((self._src_hits[src] + k) / (self._src_promised[src] + k), 1.0)
+        trust = np.minimum((src_hits + k) / (promised + k), 1.0)
         prior = np.minimum(q * trust, PRIOR_CAP)
         c = self.config.prior_trials
         # Beta posterior mean, prior Beta(c prior, c (1 - prior))
-        return (self._hits[cells] + c * prior) / (self._trials[cells] + c)
+        return (hits + c * prior) / (trials + c)
 
     def record_step(self, accepted: int) -> None:
         """One verify step accepted `accepted` drafted nodes (0 for plain decoding)."""
@@ -314,6 +327,7 @@ class AcceptanceStats:
         """One step's reached nodes (q, source, depth of each) and whether each was accepted."""
         if len(q) == 0:
             return
+        self._grow(sources)
         cells = self.cells(q, sources)
         size = len(self._hits)
         tried = np.bincount(cells, minlength=size)

@@ -13,6 +13,7 @@ import pytest
 
 from lookahead.control import (
     DEFAULT_SHAPE,
+    PRIOR_CAP,
     AcceptanceStats,
     ControlConfig,
     Controller,
@@ -200,6 +201,20 @@ def test_calibration_starts_at_raw_q_and_learns_per_source() -> None:
     for _ in range(300):
         stats.record_step(0)
     assert calibrated(stats, 0.9, SOURCE_NGRAM) > 0.8
+
+
+def test_a_source_never_tried_is_taken_at_its_word() -> None:
+    stats = AcceptanceStats(ControlConfig())
+    for _ in range(10):
+        trial(stats, 0.9, SOURCE_NGRAM, False)
+    qs = np.array([0.3, 0.9, 1.0], np.float32)
+    unseen = np.full(3, 100, np.int8)  # a source id past any the stats have room for
+    np.testing.assert_allclose(stats.calibrated(qs, unseen), [0.3, 0.9, PRIOR_CAP], rtol=1e-6)
+    assert stats.source_rate == {"ngram": 0.0}
+    for _ in range(10):  # recording its trials makes room for it
+        trial(stats, 0.9, 100, False)
+    assert calibrated(stats, 0.9, 100) < 0.3
+    assert stats.source_rate == {"ngram": 0.0, "source100": 0.0}
 
 
 def test_calibration_tracks_the_true_rate() -> None:
