@@ -242,8 +242,10 @@ class AcceptanceStats:
         # decayed hits and trials per cell, flat: cell = source * N_BINS + q bin
         self._hits = np.zeros(max(len(SOURCE_NAMES), 8) * N_BINS)
         self._trials = np.zeros_like(self._hits)
-        self._up = np.zeros_like(self._hits)
-        self._down = np.zeros_like(self._hits)
+        # per cell: the two CUSUM statistics of the change test (see `record_trials`), in
+        # nats: evidence that the rate rose (a copy began) and that it fell (it ended)
+        self._cusum_rise = np.zeros_like(self._hits)
+        self._cusum_fall = np.zeros_like(self._hits)
         # per source: decayed hits and the sum of the raw q of the same trials (the hits the
         # source promised); their ratio scales the prior of every cell of that source
         self._src_hits = np.zeros(len(self._hits) // N_BINS)
@@ -272,8 +274,8 @@ class AcceptanceStats:
             grow = more * N_BINS
             self._hits = np.concatenate([self._hits, np.zeros(grow)])
             self._trials = np.concatenate([self._trials, np.zeros(grow)])
-            self._up = np.concatenate([self._up, np.zeros(grow)])
-            self._down = np.concatenate([self._down, np.zeros(grow)])
+            self._cusum_rise = np.concatenate([self._cusum_rise, np.zeros(grow)])
+            self._cusum_fall = np.concatenate([self._cusum_fall, np.zeros(grow)])
             self._src_hits = np.concatenate([self._src_hits, np.zeros(more)])
             self._src_promised = np.concatenate([self._src_promised, np.zeros(more)])
 
@@ -336,7 +338,7 @@ class AcceptanceStats:
         eps = 1e-6
         hits, trials = self._hits, self._trials
         # a step touches few cells: plain floats are cheaper than numpy here
-        up, down = self._up, self._down
+        cusum_rise, cusum_fall = self._cusum_rise, self._cusum_fall
         for i, k, w in zip(idx.tolist(), tried[idx].tolist(), won[idx].tolist(), strict=True):
             h, t = float(hits[i]), float(trials[i])
             # the cell's history alone (not the raw-q prior), half a hit of smoothing
@@ -348,14 +350,14 @@ class AcceptanceStats:
             # changed regime, and most of the cell's history is dropped.
             hi, lo = est + CHANGE_SHIFT * (1 - est), est * (1 - CHANGE_SHIFT)
             miss = k - w
-            u = up[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
-            dn = down[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
-            if u > CHANGE_NATS or dn > CHANGE_NATS:
+            rise = cusum_rise[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
+            fall = cusum_fall[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
+            if rise > CHANGE_NATS or fall > CHANGE_NATS:
                 keep *= CHANGE_KEEP
-                u = dn = 0.0
+                rise = fall = 0.0
                 s = i // N_BINS  # the source's record is from the old regime: drop it
                 self._src_hits[s] = self._src_promised[s] = 0.0
-            up[i], down[i] = max(u, 0.0), max(dn, 0.0)
+            cusum_rise[i], cusum_fall[i] = max(rise, 0.0), max(fall, 0.0)
             hits[i] = h * keep + w
             trials[i] = t * keep + k
         src = sources.astype(np.intp)
