@@ -24,7 +24,7 @@ from lookahead.control import (
     simulate,
 )
 from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.engine import Policy
 
 T1 = 0.02  # seconds of a one-token decode in these traces
