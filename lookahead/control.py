@@ -250,8 +250,10 @@ class AcceptanceStats:
         # source promised); their ratio scales the prior of every cell of that source
         self._src_hits = np.zeros(len(self._hits) // N_BINS)
         self._src_promised = np.zeros_like(self._src_hits)
-        self._depth_hits = np.zeros(config.k_max + 2)
-        self._depth_trials = np.zeros(config.k_max + 2)
+        # per depth (index 0 unused, k_max + 1 also holds anything deeper): decayed hits and
+        # trials, as deep as the depths tried so far (grown on demand, never sized by k_max)
+        self._depth_hits = np.zeros(min(config.k_max, 16) + 2)
+        self._depth_trials = np.zeros_like(self._depth_hits)
         # per-trial forgetting inside a cell, and per-step forgetting of everything
         self._keep_trial = 1.0 - 1.0 / config.calib_window
         self._keep_step = 0.5 ** (1.0 / config.half_life)
@@ -363,9 +365,22 @@ class AcceptanceStats:
         src = sources.astype(np.intp)
         np.add.at(self._src_hits, src, hit.astype(np.float64))
         np.add.at(self._src_promised, src, q.astype(np.float64))
-        d = np.minimum(depth, len(self._depth_trials) - 1)
+        d = self._depth_index(depth)
         self._depth_trials += np.bincount(d, minlength=len(self._depth_trials))
         self._depth_hits += np.bincount(d, weights=hit, minlength=len(self._depth_hits))
+
+    def _depth_index(self, depth: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+        """Index of each depth in the per-depth arrays, grown to hold them all."""
+        cap = self.config.k_max + 1  # anything deeper is counted at k_max + 1
+        deepest = int(depth.max())
+        if deepest > cap:
+            depth, deepest = np.minimum(depth, cap), cap
+        old = len(self._depth_trials)
+        if deepest >= old:
+            more = min(max(deepest + 1, 2 * old), cap + 1) - old
+            self._depth_hits = np.concatenate([self._depth_hits, np.zeros(more)])
+            self._depth_trials = np.concatenate([self._depth_trials, np.zeros(more)])
+        return depth
 
     @property
     def alpha(self) -> float:
@@ -374,8 +389,8 @@ class AcceptanceStats:
 
     @property
     def depth_rate(self) -> Floats:
-        """P(accepted | reached) by depth (index 0 unused, the last one also holds anything
-        deeper than k_max); NaN where nothing was tried lately."""
+        """P(accepted | reached) by depth, up to the deepest tried so far (index 0 unused;
+        k_max + 1 also holds anything deeper); NaN where nothing was tried lately."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(
                 self._depth_trials > 1e-9, self._depth_hits / self._depth_trials, np.nan

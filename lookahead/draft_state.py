@@ -23,7 +23,9 @@ from lookahead.index.suffix import SuffixIndex
 from lookahead.models import Progress
 from lookahead.propose import Proposer
 
-MAX_BUDGET = 256  # most nodes per verify batch (the context's n_batch is 512)
+# Most nodes per verify batch (the context's n_batch is 512); so also the deepest draft, as a
+# draft is never deeper than its node count.
+MAX_BUDGET = 256
 _CONTROL = ControlConfig()  # the controller knobs' defaults
 
 
@@ -52,8 +54,9 @@ class DraftConfig:
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.budget > MAX_BUDGET:
-            raise ConfigError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
+        for name in ("k", "k_max", "budget"):
+            if getattr(self, name) > MAX_BUDGET:
+                raise ConfigError(f"{name} must be <= {MAX_BUDGET}, got {getattr(self, name)}")
 
     def control(self) -> ControlConfig:
         """The adaptive controller's knobs."""

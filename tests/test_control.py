@@ -24,8 +24,9 @@ from lookahead.control import (
     simulate,
 )
 from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
-from lookahead.draft_state import DraftConfig
+from lookahead.draft_state import MAX_BUDGET, DraftConfig
 from lookahead.engine import Policy
+from lookahead.errors import ConfigError
 
 T1 = 0.02  # seconds of a one-token decode in these traces
 SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -443,6 +444,28 @@ def test_draft_config_passes_the_controller_its_own_defaults() -> None:
     assert DraftConfig().control() == ControlConfig()
     knobs = DraftConfig(k_max=12, budget=20, branches=3, probe_every=4, min_gain=1.3).control()
     assert knobs == ControlConfig(k_max=12, budget=20, branches=3, probe_every=4, min_gain=1.3)
+
+
+@pytest.mark.parametrize("knob", ["k", "k_max", "budget"])
+def test_draft_config_bounds_depth_and_size_by_the_largest_batch(knob: str) -> None:
+    DraftConfig(**{knob: MAX_BUDGET})  # type: ignore[arg-type]
+    for too_big in (MAX_BUDGET + 1, 10**9):
+        with pytest.raises(ConfigError, match=f"{knob} must be <= {MAX_BUDGET}"):
+            DraftConfig(**{knob: too_big})  # type: ignore[arg-type]
+
+
+def test_per_depth_state_grows_with_the_depths_seen_not_k_max() -> None:
+    ctl = controller(k_max=10**7, budget=64)  # 10**7 would be 160 MB sized by k_max
+    assert len(ctl.stats.depth_rate) <= 64  # nothing sized by k_max
+    deep = Draft.chain(list(range(1, 41)), q=0.99)
+    assert ctl.limit(deep) == 40
+    ctl.choose(deep)
+    ctl.observe(deep, list(range(40)), flat(41), bonus=-1)  # all 40 verified and accepted
+    assert len(ctl.stats.depth_rate) <= 2 * 41
+    assert ctl.stats.depth_rate[40] == pytest.approx(1.0)
+    shallow = controller(k_max=3)  # anything deeper than k_max is counted at k_max + 1
+    shallow.observe(deep, list(range(40)), flat(41))
+    assert len(shallow.stats.depth_rate) == 5 and shallow.stats.depth_rate[4] == 1.0
 
 
 def test_controller_is_an_engine_policy() -> None:
