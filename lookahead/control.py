@@ -12,7 +12,8 @@ so this holds for trees as well as chains). The controller picks
 and drafts only when that beats plain decoding, 1 / t(1), by `min_gain`.
 
 Three pieces: `CostModel` learns t(size) on this machine, `AcceptanceStats` learns how far
-the sources' own q can be trusted, `Controller` combines them once per step. `FixedPolicy`
+the sources' own q can be trusted, `Controller` combines them once per step; its
+`ShadowScorer` turns the drafts it declined into trials as the model writes. `FixedPolicy`
 is the non-adaptive alternative (verify whatever was drafted, a fixed K). `simulate`
 replays a recorded trace with no model, for tests and tuning.
 """
