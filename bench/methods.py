@@ -20,7 +20,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecodi
 
 from bench.tasks import Task
 from lookahead.api import Model
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 
 LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
     "plain": DraftConfig(enabled=False),

@@ -34,7 +34,7 @@ from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
 from lookahead.backend.llama import BackendConfig
 from lookahead.control import Controller, CostModel
 from lookahead.draft import Draft
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, GenerationConfig, generate
 
 RESULTS = Path(__file__).parent / "results"

@@ -12,7 +12,7 @@ from rich.console import Console
 from cli.models_cmd import _RichProgress
 from lookahead.api import EXACT_MIN_CTX, check_prompt_fits, load
 from lookahead.backend.llama import BackendConfig
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Result, Step
 from lookahead.errors import ConfigError, UserError
 from lookahead.gguf import check_gguf

@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "DraftConfig":
-        from lookahead.drafting import DraftConfig
+        from lookahead.draft_state import DraftConfig
 
         return DraftConfig
     if name == "SamplingConfig":

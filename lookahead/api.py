@@ -17,7 +17,7 @@ from lookahead import gguf, models
 from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.control import CostModel
-from lookahead.drafting import DraftConfig, DraftState
+from lookahead.draft_state import DraftConfig, DraftState
 from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
 from lookahead.index.base import DraftSource
 from lookahead.sampling import SamplingConfig

@@ -12,7 +12,9 @@ so this holds for trees as well as chains). The controller picks
 and drafts only when that beats plain decoding, 1 / t(1), by `min_gain`.
 
 Three pieces: `CostModel` learns t(size) on this machine, `AcceptanceStats` learns how far
-the sources' own q can be trusted, `Controller` combines them once per step. `simulate`
+the sources' own q can be trusted, `Controller` combines them once per step; its
+`ShadowScorer` turns the drafts it declined into trials as the model writes. `FixedPolicy`
+is the non-adaptive alternative (verify whatever was drafted, a fixed K). `simulate`
 replays a recorded trace with no model, for tests and tuning.
 """
 
@@ -22,6 +24,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -149,25 +152,30 @@ class CostModel:
 
 @dataclass(frozen=True)
 class ControlConfig:
-    """Knobs of the adaptive-K controller. Built once at the edge (CLI, server, bench)."""
+    """Knobs of the adaptive-K controller, with the defaults production runs. Built once at
+    the edge (CLI, server, bench), through `DraftConfig.control()`."""
 
-    # False: verify every node the caller drafted, up to `budget` and `k_max` (fixed K).
-    adaptive: bool = True
     # Deepest node a verified prefix may contain (the longest chain, K).
     k_max: int = 64
     # Most draft nodes verified in one step; the batch is budget + 1 tokens.
     budget: int = 64
     # Most children per node the proposer may build (1 = a single chain). Passed through
     # to the drafter; choose() takes whatever tree it gets.
-    branches: int = 1
-    # Draft only when expected tokens/s beats plain decoding by this factor. Covers what
-    # t(n) leaves out (building the tree and the batch, KV bookkeeping: expected to be a
-    # few % of a ~20 ms step) and the optimism of taking the best of many noisy estimates;
-    # 1.05 keeps a near-tie plain.
-    min_gain: float = 1.05
+    branches: int = 2
+    # Draft only when a step's expected tokens/s beats plain decoding by this factor. Covers
+    # what t(n) leaves out (building the tree and the batch, KV bookkeeping: a few % of a
+    # ~20 ms step), the optimism of taking the best of many noisy estimates, and that early
+    # in a request the acceptance estimates are still the indexes' own (optimistic) ones,
+    # while a failed draft costs 2.4+ one-token steps on a 2-core CPU. Measured
+    # (bench/compare, Qwen-0.5B, 18 prompts): 1.15 was ahead of 1.05 on every kind but code
+    # completion, where both were equal.
+    min_gain: float = 1.15
     # While not drafting, verify a small probe after this many declined steps that taught
-    # nothing (no bonus token given to observe); 0 = never probe.
-    probe_every: int = 8
+    # nothing (no bonus token given to observe); 0 = never probe. Off by default: every
+    # declined draft is scored for free against the tokens the model then writes, which
+    # teaches as much as a probe, and on a CPU where a batch of 2 costs ~2.4 one-token
+    # steps a failed probe is expensive. Worth it for a caller that passes no bonus token.
+    probe_every: int = 0
     # Nodes in a probe; doubled (up to `budget`) after a probe accepted in full, so a turn
     # to copyable text is confirmed in a few steps.
     probe_nodes: int = 2
@@ -194,6 +202,14 @@ class ControlConfig:
             raise ConfigError("min_gain and half_life must be > 0, calib_window >= 1")
         if self.probe_every < 0 or self.prior_trials <= 0:
             raise ConfigError("probe_every must be >= 0, prior_trials > 0")
+
+
+def _lookup(values: Floats, index: npt.NDArray[np.intp]) -> Floats:
+    """values[index], 0 where index is past the end (nothing recorded there yet)."""
+    if len(index) == 0 or int(index.max()) < len(values):
+        return values[index]
+    inside = index < len(values)
+    return np.where(inside, values[np.where(inside, index, 0)], 0.0)
 
 
 # Upper edges of the q bins of the calibration: finer near 1, where long chains live and
@@ -227,14 +243,18 @@ class AcceptanceStats:
         # decayed hits and trials per cell, flat: cell = source * N_BINS + q bin
         self._hits = np.zeros(max(len(SOURCE_NAMES), 8) * N_BINS)
         self._trials = np.zeros_like(self._hits)
-        self._up = np.zeros_like(self._hits)
-        self._down = np.zeros_like(self._hits)
+        # per cell: the two CUSUM statistics of the change test (see `record_trials`), in
+        # nats: evidence that the rate rose (a copy began) and that it fell (it ended)
+        self._cusum_rise = np.zeros_like(self._hits)
+        self._cusum_fall = np.zeros_like(self._hits)
         # per source: decayed hits and the sum of the raw q of the same trials (the hits the
         # source promised); their ratio scales the prior of every cell of that source
         self._src_hits = np.zeros(len(self._hits) // N_BINS)
         self._src_promised = np.zeros_like(self._src_hits)
-        self._depth_hits = np.zeros(config.k_max + 2)
-        self._depth_trials = np.zeros(config.k_max + 2)
+        # per depth (index 0 unused, k_max + 1 also holds anything deeper): decayed hits and
+        # trials, as deep as the depths tried so far (grown on demand, never sized by k_max)
+        self._depth_hits = np.zeros(min(config.k_max, 16) + 2)
+        self._depth_trials = np.zeros_like(self._depth_hits)
         # per-trial forgetting inside a cell, and per-step forgetting of everything
         self._keep_trial = 1.0 - 1.0 / config.calib_window
         self._keep_step = 0.5 ** (1.0 / config.half_life)
@@ -247,18 +267,20 @@ class AcceptanceStats:
     def cells(
         self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]
     ) -> npt.NDArray[np.intp]:
-        """Flat calibration cell of each node."""
-        src = sources.astype(np.intp)
-        if len(src) and (int(src.max()) + 1) * N_BINS > len(self._hits):
-            grow = (int(src.max()) + 1) * N_BINS - len(self._hits)
+        """Flat calibration cell of each node (maybe past the arrays: a source never tried)."""
+        return sources.astype(np.intp) * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
+
+    def _grow(self, sources: npt.NDArray[np.int8]) -> None:
+        """Room for the cells of `sources` (a source id past those seen so far)."""
+        more = int(sources.max()) + 1 - len(self._src_hits)
+        if more > 0:
+            grow = more * N_BINS
             self._hits = np.concatenate([self._hits, np.zeros(grow)])
             self._trials = np.concatenate([self._trials, np.zeros(grow)])
-            self._up = np.concatenate([self._up, np.zeros(grow)])
-            self._down = np.concatenate([self._down, np.zeros(grow)])
-            more = len(self._hits) // N_BINS - len(self._src_hits)
+            self._cusum_rise = np.concatenate([self._cusum_rise, np.zeros(grow)])
+            self._cusum_fall = np.concatenate([self._cusum_fall, np.zeros(grow)])
             self._src_hits = np.concatenate([self._src_hits, np.zeros(more)])
             self._src_promised = np.concatenate([self._src_promised, np.zeros(more)])
-        return src * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
 
     def calibrated(self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]) -> Floats:
         """q' of each node: its source's recent record at its level of confidence.
@@ -269,17 +291,20 @@ class AcceptanceStats:
         A source that claims 0.9 and is right a third of the time is then doubted in every
         bin at once, not bin by bin. The trust is at most 1 (a cell learns on its own that
         its source is too modest), fades back to 1 with the rest of the evidence, and
-        returns to 1 at once when a cell of its source changes regime.
+        returns to 1 at once when a cell of its source changes regime. A source never tried
+        has no evidence: q' is its own q (capped below 1 like every prior).
         """
-        cells = self.cells(q, sources)
         src = sources.astype(np.intp)
+        cells = self.cells(q, sources)
+        src_hits, promised = _lookup(self._src_hits, src), _lookup(self._src_promised, src)
+        hits, trials = _lookup(self._hits, cells), _lookup(self._trials, cells)
         k = self.config.source_prior_trials
         # at most 1: never more sure than the source itself (cells learn underconfidence)
-        trust = np.minimum((self._src_hits[src] + k) / (self._src_promised[src] + k), 1.0)
+        trust = np.minimum((src_hits + k) / (promised + k), 1.0)
         prior = np.minimum(q * trust, PRIOR_CAP)
         c = self.config.prior_trials
         # Beta posterior mean, prior Beta(c prior, c (1 - prior))
-        return (self._hits[cells] + c * prior) / (self._trials[cells] + c)
+        return (hits + c * prior) / (trials + c)
 
     def record_step(self, accepted: int) -> None:
         """One verify step accepted `accepted` drafted nodes (0 for plain decoding)."""
@@ -307,6 +332,7 @@ class AcceptanceStats:
         """One step's reached nodes (q, source, depth of each) and whether each was accepted."""
         if len(q) == 0:
             return
+        self._grow(sources)
         cells = self.cells(q, sources)
         size = len(self._hits)
         tried = np.bincount(cells, minlength=size)
@@ -315,7 +341,7 @@ class AcceptanceStats:
         eps = 1e-6
         hits, trials = self._hits, self._trials
         # a step touches few cells: plain floats are cheaper than numpy here
-        up, down = self._up, self._down
+        cusum_rise, cusum_fall = self._cusum_rise, self._cusum_fall
         for i, k, w in zip(idx.tolist(), tried[idx].tolist(), won[idx].tolist(), strict=True):
             h, t = float(hits[i]), float(trials[i])
             # the cell's history alone (not the raw-q prior), half a hit of smoothing
@@ -327,22 +353,35 @@ class AcceptanceStats:
             # changed regime, and most of the cell's history is dropped.
             hi, lo = est + CHANGE_SHIFT * (1 - est), est * (1 - CHANGE_SHIFT)
             miss = k - w
-            u = up[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
-            dn = down[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
-            if u > CHANGE_NATS or dn > CHANGE_NATS:
+            rise = cusum_rise[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
+            fall = cusum_fall[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
+            if rise > CHANGE_NATS or fall > CHANGE_NATS:
                 keep *= CHANGE_KEEP
-                u = dn = 0.0
+                rise = fall = 0.0
                 s = i // N_BINS  # the source's record is from the old regime: drop it
                 self._src_hits[s] = self._src_promised[s] = 0.0
-            up[i], down[i] = max(u, 0.0), max(dn, 0.0)
+            cusum_rise[i], cusum_fall[i] = max(rise, 0.0), max(fall, 0.0)
             hits[i] = h * keep + w
             trials[i] = t * keep + k
         src = sources.astype(np.intp)
         np.add.at(self._src_hits, src, hit.astype(np.float64))
         np.add.at(self._src_promised, src, q.astype(np.float64))
-        d = np.minimum(depth, len(self._depth_trials) - 1)
+        d = self._depth_index(depth)
         self._depth_trials += np.bincount(d, minlength=len(self._depth_trials))
         self._depth_hits += np.bincount(d, weights=hit, minlength=len(self._depth_hits))
+
+    def _depth_index(self, depth: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+        """Index of each depth in the per-depth arrays, grown to hold them all."""
+        cap = self.config.k_max + 1  # anything deeper is counted at k_max + 1
+        deepest = int(depth.max())
+        if deepest > cap:
+            depth, deepest = np.minimum(depth, cap), cap
+        old = len(self._depth_trials)
+        if deepest >= old:
+            more = min(max(deepest + 1, 2 * old), cap + 1) - old
+            self._depth_hits = np.concatenate([self._depth_hits, np.zeros(more)])
+            self._depth_trials = np.concatenate([self._depth_trials, np.zeros(more)])
+        return depth
 
     @property
     def alpha(self) -> float:
@@ -351,8 +390,8 @@ class AcceptanceStats:
 
     @property
     def depth_rate(self) -> Floats:
-        """P(accepted | reached) by depth (index 0 unused, the last one also holds anything
-        deeper than k_max); NaN where nothing was tried lately."""
+        """P(accepted | reached) by depth, up to the deepest tried so far (index 0 unused;
+        k_max + 1 also holds anything deeper); NaN where nothing was tried lately."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(
                 self._depth_trials > 1e-9, self._depth_hits / self._depth_trials, np.nan
@@ -397,9 +436,97 @@ class Choice:
 
     n: int = 0  # draft nodes verified (0 = plain decoding)
     depth: int = 0  # deepest of them
-    drafting: bool = False  # verified because it pays (with adaptive=False: because n > 0)
+    drafting: bool = False  # verified because it pays
     probing: bool = False  # a probe: verified to learn, not because it pays
-    expected_gain: float = 1.0  # expected tokens/s over plain decoding (NaN for fixed K)
+    expected_gain: float = 1.0  # expected tokens/s over plain decoding
+
+
+class Trials(NamedTuple):
+    """Nodes of a draft that were tried (reached, verified or scored for free) and which hit."""
+
+    draft: Draft
+    nodes: npt.NDArray[np.intp]
+    hit: npt.NDArray[np.bool_]
+
+
+class ShadowScorer:
+    """Scores, for free, draft nodes that were not verified, as the model's own tokens
+    arrive: the bonus token of the step, then the next steps' tokens.
+
+    Below the last accepted node, each level's nodes are trials and the one whose token the
+    model emitted is the hit; the walk goes on below it and ends at a miss. A declined draft
+    is thus checked at every depth, and a copy the controller did not dare verify still
+    raises its calibration. Up to MAX_PENDING drafts are followed at once (newest kept).
+    """
+
+    def __init__(self) -> None:
+        self._offered: Draft | None = None  # the whole draft given to the last choose()
+        self._pending: list[_Cursor] = []  # unverified drafts still being scored
+
+    def offer(self, draft: Draft) -> None:
+        """The whole draft this step's choice was made from."""
+        self._offered = draft
+
+    def score(
+        self, verified: Draft, accepted: Sequence[int], bonus: int | None
+    ) -> tuple[list[Trials], Trials | None]:
+        """The trials this step's tokens decide: those of older drafts (one entry per draft
+        and token), and those of the offered draft's first unverified level, which extends
+        `verified` (same node indices) or is None. Nothing without `bonus`."""
+        if bonus is None:
+            return [], None
+        emitted = [int(verified.tokens[i]) for i in accepted] + [bonus]
+        older: list[Trials] = []
+        alive = []
+        for cursor in self._pending:  # older drafts: feed them this step's tokens
+            for tok in emitted:
+                found = cursor.feed(tok)
+                if found is not None:
+                    older.append(found)
+                if found is None or not found.hit.any():
+                    break
+            else:
+                alive.append(cursor)
+        fresh = None
+        draft = self._offered
+        n = len(verified)
+        if draft is not None and len(draft) > n and (
+            n == 0 or np.array_equal(draft.tokens[:n], verified.tokens)
+        ):
+            cursor = _Cursor(draft, n, accepted[-1] if len(accepted) else -1)
+            fresh = cursor.feed(bonus)
+            if fresh is not None and fresh.hit.any():
+                alive.append(cursor)
+        self._pending = alive[-MAX_PENDING:]
+        return older, fresh
+
+    def forget(self) -> None:
+        """Stop scoring earlier drafts (a new request, or a replay of unrelated drafts)."""
+        self._pending = []
+
+
+# Pending unverified drafts scored as the model's tokens arrive (newest kept).
+MAX_PENDING = 4
+
+
+@dataclass
+class _Cursor:
+    draft: Draft  # the draft given to choose()
+    start: int  # nodes before this were verified (scored already)
+    node: int  # the deepest node known to match the model's tokens (-1 = the root)
+
+    def feed(self, token: int) -> Trials | None:
+        """One model token: the nodes it decides (the unverified children of the cursor's
+        node) and which matched; the cursor moves to the match. None when the draft has
+        nothing more there."""
+        d = self.draft
+        kids = np.flatnonzero(d.parents[self.start :] == self.node) + self.start
+        if len(kids) == 0:
+            return None
+        hit = d.tokens[kids] == token
+        if hit.any():
+            self.node = int(kids[int(np.argmax(hit))])
+        return Trials(d, kids, hit)
 
 
 class Controller:
@@ -407,22 +534,22 @@ class Controller:
 
     Use: `n = choose(draft)`, verify `draft.prefix(n)`, then `observe(prefix, accepted,
     seconds, bonus)`. When no prefix pays, it decodes plainly and waits for evidence that
-    drafting pays again: free shadow checks of the draft against the bonus token every
-    step, and, when those are not available, a small probe every `probe_every` steps.
+    drafting pays again: free shadow checks of the draft against the model's tokens every
+    step (`shadow`), and, when those are not available, a small probe every `probe_every`
+    steps. What it learned is in `stats`, its last decision in `last`.
     """
 
     def __init__(self, config: ControlConfig | None = None, cost: CostModel | None = None) -> None:
         self.config = config or ControlConfig()
         self.cost = cost or CostModel()
         self.stats = AcceptanceStats(self.config)
+        self.shadow = ShadowScorer()
         self.last = Choice()  # the last decision
         self._declined = 0  # declined steps since the last probe or draft that taught nothing
         self._probe_size = self.config.probe_nodes
         self._escalate = False  # the last probe was accepted in full: probe bigger next step
-        self._draft: Draft | None = None  # the whole draft given to the last choose()
-        self._pending: list[_Cursor] = []  # unverified drafts still being scored
 
-    # what to ask the drafter for (the engine's Policy protocol)
+    # the engine's Policy protocol: what to ask the drafter for, and the rolling alpha
     @property
     def budget(self) -> int:
         return self.config.budget
@@ -435,38 +562,9 @@ class Controller:
     def branches(self) -> int:
         return self.config.branches
 
-    # read-only views for events and displays
-    @property
-    def drafting(self) -> bool:
-        return self.last.drafting
-
-    @property
-    def expected_gain(self) -> float:
-        return self.last.expected_gain
-
-    @property
-    def last_n(self) -> int:
-        return self.last.n
-
-    @property
-    def last_depth(self) -> int:
-        return self.last.depth
-
     @property
     def alpha(self) -> float:
         return self.stats.alpha
-
-    @property
-    def alpha_ema(self) -> float:
-        return self.stats.alpha_ema
-
-    @property
-    def depth_rate(self) -> Floats:
-        return self.stats.depth_rate
-
-    @property
-    def source_rate(self) -> dict[str, float]:
-        return self.stats.source_rate
 
     def limit(self, draft: Draft) -> int:
         """Longest prefix allowed: at most `budget` nodes, none deeper than `k_max`."""
@@ -489,11 +587,9 @@ class Controller:
     def choose(self, draft: Draft) -> int:
         """Number of leading draft nodes to verify this step (0 = plain decoding)."""
         limit = self.limit(draft)
-        self._draft = draft
-        if not self.config.adaptive:
-            return self._record_choice(draft, limit, drafting=limit > 0, gain=math.nan)
+        self.shadow.offer(draft)
         if limit == 0:  # nothing to weigh: keep the drafting state as it was
-            return self._record_choice(draft, 0, drafting=self.drafting, gain=1.0)
+            return self._record_choice(draft, 0, drafting=self.last.drafting, gain=1.0)
         expected = self.expected_tokens(draft, limit)
         t = self.cost.table(limit + 1)[1 : limit + 2]
         # gain[n]: expected tokens/s verifying n nodes, over plain decoding's 1 / t(1)
@@ -531,8 +627,8 @@ class Controller:
         node indices, root to leaf; `seconds`: the verify time of the n + 1 tokens; `bonus`:
         the token the model produced after the accepted path. With `bonus`, nodes of the
         draft last passed to choose() that were not verified but hang right below the
-        accepted path are scored for free: they would have been accepted exactly when
-        their token equals the bonus token (the model's own choice there).
+        accepted path are scored for free (see `ShadowScorer`): they would have been
+        accepted exactly when their token equals the bonus token (the model's own choice).
         """
         n = len(verified)
         self.cost.observe(n + 1, seconds)
@@ -542,14 +638,20 @@ class Controller:
         on[0] = True
         on[np.asarray(accepted, dtype=np.intp) + 1] = True
         reached = np.flatnonzero(on[verified.parents.astype(np.intp) + 1])
-        hit = on[reached + 1]
-        trials = [(verified, reached, hit)]
-        taught = self._score_unverified(verified, accepted, bonus, trials)
-        # this step's trials in one call (the change test weighs a step's evidence together)
-        d = trials[-1][0]
-        reached = np.concatenate([t[1] for t in trials])
-        hit = np.concatenate([t[2] for t in trials])
-        self.stats.record_trials(d.q[reached], d.sources[reached], d.depth[reached], hit)
+        step = Trials(verified, reached, on[reached + 1])
+        older, fresh = self.shadow.score(verified, accepted, bonus)
+        if fresh is not None:  # the offered draft extends the verified prefix: one batch
+            step = Trials(
+                fresh.draft,
+                np.concatenate([step.nodes, fresh.nodes]),
+                np.concatenate([step.hit, fresh.hit]),
+            )
+        # older drafts' trials first, then this step's in one call (the change test weighs
+        # a call's evidence together)
+        for trials in [*older, step]:
+            d, nodes = trials.draft, trials.nodes
+            self.stats.record_trials(d.q[nodes], d.sources[nodes], d.depth[nodes], trials.hit)
+        taught = bool(older) or fresh is not None
         if self.last.probing:
             # a probe accepted down to its deepest node: confirm with a bigger one next step
             full = n > 0 and len(accepted) == verified.max_depth
@@ -557,89 +659,34 @@ class Controller:
             self._probe_size = (
                 min(2 * self._probe_size, self.config.budget) if full else self.config.probe_nodes
             )
-        elif not self.drafting and not taught:
+        elif not self.last.drafting and not taught:
             self._declined += 1  # a declined step that taught nothing: counts toward a probe
 
-    def _score_unverified(
-        self,
-        verified: Draft,
-        accepted: Sequence[int],
-        bonus: int | None,
-        trials: list[tuple[Draft, npt.NDArray[np.intp], npt.NDArray[np.bool_]]],
-    ) -> bool:
-        """Score, for free, the draft nodes that were not verified, as the model's own tokens
-        arrive: the bonus token now, the next steps' tokens later. Below the last accepted
-        node, each level's nodes are trials and the one whose token the model emitted is the
-        hit; the walk goes on below it and ends at a miss. Returns whether anything was
-        learned this step. The new draft's first level joins `trials` (it extends the
-        verified prefix, same node indices); older drafts are recorded here.
-        """
-        if bonus is None:
-            return False
-        emitted = [int(verified.tokens[i]) for i in accepted] + [bonus]
-        taught = False
-        alive = []
-        for cursor in self._pending:  # older drafts: feed them this step's tokens
-            for tok in emitted:
-                found = self._feed(cursor, tok)
-                going = found is not None and bool(found[1].any())
-                if found is not None:
-                    taught = True
-                    self.stats.record_trials(
-                        cursor.draft.q[found[0]],
-                        cursor.draft.sources[found[0]],
-                        cursor.draft.depth[found[0]],
-                        found[1],
-                    )
-                if not going:
-                    break
-            else:
-                alive.append(cursor)
-        draft = self._draft
-        n = len(verified)
-        if draft is not None and len(draft) > n and (
-            n == 0 or np.array_equal(draft.tokens[:n], verified.tokens)
-        ):
-            cursor = _Cursor(draft, n, accepted[-1] if len(accepted) else -1)
-            found = self._feed(cursor, bonus)
-            if found is not None:
-                taught = True
-                trials.append((draft, found[0], found[1]))
-                if found[1].any():
-                    alive.append(cursor)
-        self._pending = alive[-MAX_PENDING:]
-        return taught
 
-    def forget_pending(self) -> None:
-        """Stop scoring earlier drafts (a new request, or a replay of unrelated drafts)."""
-        self._pending = []
+class FixedPolicy:
+    """Verify every drafted node: fixed K (depth), budget and branching; or no drafts."""
 
-    @staticmethod
-    def _feed(
-        cursor: _Cursor, token: int
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]] | None:
-        """One model token for a pending draft: the nodes it decides (the unverified children
-        of the cursor's node) and which matched; the cursor moves to the match. None when
-        the draft has nothing more there."""
-        d = cursor.draft
-        kids = np.flatnonzero(d.parents[cursor.start :] == cursor.node) + cursor.start
-        if len(kids) == 0:
-            return None
-        hit = d.tokens[kids] == token
-        if hit.any():
-            cursor.node = int(kids[int(np.argmax(hit))])
-        return kids, hit
+    def __init__(self, k: int, budget: int | None = None, branches: int = 1) -> None:
+        self._k = max(0, k)
+        self._budget = self._k if budget is None else max(0, budget)
+        self._branches = max(1, branches)
+        self._steps = 0
+        self._accepted = 0
 
+    budget = property(lambda self: self._budget)
+    max_depth = property(lambda self: self._k)
+    branches = property(lambda self: self._branches)
 
-# Pending unverified drafts scored as the model's tokens arrive (newest kept).
-MAX_PENDING = 4
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._steps if self._steps else 0.0
 
+    def choose(self, draft: Draft) -> int:
+        return min(len(draft), self._budget)
 
-@dataclass
-class _Cursor:
-    draft: Draft  # the draft given to choose()
-    start: int  # nodes before this were verified (scored already)
-    node: int  # the deepest node known to match the model's tokens (-1 = the root)
+    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None:
+        self._steps += 1
+        self._accepted += len(accepted)
 
 
 @dataclass
@@ -681,7 +728,7 @@ def simulate(
         controller.observe(draft.prefix(n), list(path[:m]), seconds, token if bonus else None)
         # trace entries are independent drafts, not one token stream: later entries' tokens
         # say nothing about this draft, so nothing stays pending past its own bonus token
-        controller.forget_pending()
+        controller.shadow.forget()
         result.tokens += m + 1
         result.seconds += seconds
         result.chosen.append(n)

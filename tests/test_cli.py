@@ -135,6 +135,8 @@ def truncated(tmp_path: Path, smol_path: Path) -> Path:
         (["--branches", "0"], "branches"),
         (["--k", "0"], "k"),
         (["--k-max", "0"], "k_max"),
+        (["--k-max", "1000000000"], "k_max must be <= 256"),
+        (["--k", "1000000000"], "k must be <= 256"),
         (["--n-ctx", "-1"], "--n-ctx"),
         (["--threads", "-2"], "--threads"),
     ],

@@ -13,15 +13,20 @@ import pytest
 
 from lookahead.control import (
     DEFAULT_SHAPE,
+    PRIOR_CAP,
     AcceptanceStats,
     ControlConfig,
     Controller,
     CostModel,
+    FixedPolicy,
+    ShadowScorer,
     path_probs,
     simulate,
 )
 from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
+from lookahead.draft_state import MAX_BUDGET, DraftConfig
 from lookahead.engine import Policy
+from lookahead.errors import ConfigError
 
 T1 = 0.02  # seconds of a one-token decode in these traces
 SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -50,9 +55,14 @@ def chains(
         yield draft, list(range(m))
 
 
+# The controller on these traces: the neutral margin and probes on (production drafts
+# only at 1.15 and does not probe; the traces test the mechanisms, not those settings).
+NEUTRAL: dict[str, object] = {"min_gain": 1.05, "probe_every": 8}
+
+
 def controller(curve: Callable[[int], float] = flat, **config: object) -> Controller:
     calibration = {s: curve(s) for s in SIZES}
-    return Controller(ControlConfig(**config), CostModel(calibration))  # type: ignore[arg-type]
+    return Controller(ControlConfig(**{**NEUTRAL, **config}), CostModel(calibration))  # type: ignore[arg-type]
 
 
 def best_fixed(p: float, curve: Callable[[int], float], length: int = 64) -> float:
@@ -72,9 +82,9 @@ def replay(
         m = sum(1 for i in path if i < n)
         token = int(draft.tokens[path[m]]) if m < len(path) else -1
         ctl.observe(draft.prefix(n), path[:m], curve(n + 1), token if bonus else None)
-        ctl.forget_pending()  # synthetic entries are independent drafts, not one stream
+        ctl.shadow.forget()  # synthetic entries are independent drafts, not one stream
         chosen.append(n)
-        drafting.append(ctl.drafting)
+        drafting.append(ctl.last.drafting)
         tokens += m + 1
         seconds += curve(n + 1)
     return np.array(chosen), np.array(drafting), tokens / seconds
@@ -194,6 +204,20 @@ def test_calibration_starts_at_raw_q_and_learns_per_source() -> None:
     assert calibrated(stats, 0.9, SOURCE_NGRAM) > 0.8
 
 
+def test_a_source_never_tried_is_taken_at_its_word() -> None:
+    stats = AcceptanceStats(ControlConfig())
+    for _ in range(10):
+        trial(stats, 0.9, SOURCE_NGRAM, False)
+    qs = np.array([0.3, 0.9, 1.0], np.float32)
+    unseen = np.full(3, 100, np.int8)  # a source id past any the stats have room for
+    np.testing.assert_allclose(stats.calibrated(qs, unseen), [0.3, 0.9, PRIOR_CAP], rtol=1e-6)
+    assert stats.source_rate == {"ngram": 0.0}
+    for _ in range(10):  # recording its trials makes room for it
+        trial(stats, 0.9, 100, False)
+    assert calibrated(stats, 0.9, 100) < 0.3
+    assert stats.source_rate == {"ngram": 0.0, "source100": 0.0}
+
+
 def test_calibration_tracks_the_true_rate() -> None:
     rng = np.random.default_rng(2)
     stats = AcceptanceStats(ControlConfig())
@@ -223,20 +247,24 @@ def test_calibration_reacts_to_a_change_of_regime() -> None:
 
 
 def test_fixed_k_verifies_what_was_drafted() -> None:
-    ctl = controller(adaptive=False, budget=8)
+    fixed = FixedPolicy(4, budget=8, branches=2)
+    policy: Policy = fixed  # checked by mypy
+    assert (policy.budget, policy.max_depth, policy.branches) == (8, 4, 2)
     long, short = Draft.chain(list(range(20)), q=0.01), Draft.chain([1, 2, 3], q=0.01)
     for _ in range(30):  # however badly it goes
-        assert ctl.choose(long) == 8
-        ctl.observe(long.prefix(8), [], 0.05)
-    assert ctl.choose(short) == 3
-    assert ctl.choose(Draft.empty()) == 0
-    assert ctl.drafting is False and ctl.last_n == 0
+        assert policy.choose(long) == 8
+        policy.observe(long.prefix(8), [], 0.05)
+    assert policy.choose(short) == 3
+    assert policy.choose(Draft.empty()) == 0
+    policy.observe(short, [0, 1], 0.05)
+    assert policy.alpha == pytest.approx(2 / 31)
+    assert FixedPolicy(0).choose(long) == 0  # K = 0: plain decoding
 
 
 def test_depth_limit_cuts_the_prefix() -> None:
     ctl = controller(k_max=3, min_gain=1.0)
     assert ctl.choose(Draft.chain(list(range(10)), q=1.0)) == 3
-    assert ctl.last_depth == 3
+    assert ctl.last.depth == 3
     # node 3 is at depth 4: the prefix stops before it, even though node 4 is shallow
     tree = Draft(
         np.arange(5, dtype=np.int32),
@@ -251,9 +279,9 @@ def test_depth_limit_cuts_the_prefix() -> None:
 def test_min_gain_is_a_margin_over_plain_decoding() -> None:
     one = Draft.chain([7], q=0.86)  # expected (1 + 0.86) / t(2) = 1.033 of plain decoding
     tight, loose = controller(min_gain=1.05), controller(min_gain=1.02)
-    assert tight.choose(one) == 0 and not tight.drafting
-    assert loose.choose(one) == 1 and loose.drafting
-    assert loose.expected_gain == pytest.approx(1.86 / 1.8, rel=1e-5)
+    assert tight.choose(one) == 0 and not tight.last.drafting
+    assert loose.choose(one) == 1 and loose.last.drafting
+    assert loose.last.expected_gain == pytest.approx(1.86 / 1.8, rel=1e-5)
 
 
 def test_turns_drafting_off_when_acceptance_is_tiny() -> None:
@@ -297,8 +325,8 @@ def test_grows_long_drafts_on_high_acceptance() -> None:
     assert np.median(chosen_high[50:]) >= 16
     assert chosen_high[50:].max() >= 28
     assert np.median(chosen_mid[50:]) <= 8
-    assert high.alpha > 10 and high.alpha_ema > 10
-    assert high.depth_rate[1] > 0.9
+    assert high.alpha > 10 and high.stats.alpha_ema > 10
+    assert high.stats.depth_rate[1] > 0.9
 
 
 def test_respects_a_cost_knee() -> None:
@@ -308,7 +336,7 @@ def test_respects_a_cost_knee() -> None:
     assert speed >= 0.9 * best_fixed(0.995, knee)
     # not calibrated at load: it learns the cost of the sizes it tries, and stays under the
     # knee, but the sizes it never tries stay at the prior's guess (here too expensive)
-    ctl = Controller(ControlConfig(), CostModel())
+    ctl = Controller(ControlConfig(**NEUTRAL), CostModel())  # type: ignore[arg-type]
     chosen, _, speed = replay(ctl, chains(7, [0.995] * 200), knee)
     assert chosen[50:].max() <= 8
     assert speed >= 0.6 * best_fixed(0.995, knee)
@@ -375,7 +403,7 @@ def test_trees_use_calibration_per_source() -> None:
     assert chosen[5:] == [3] * 25  # then only the suffix branch is worth verifying
     q = ctl.stats.calibrated(tree.q, tree.sources)
     assert q[:3].min() > 0.9 and q[3:].max() < 0.7
-    assert ctl.source_rate["suffix"] > 0.9 and ctl.source_rate["ngram"] < 0.1
+    assert ctl.stats.source_rate["suffix"] > 0.9 and ctl.stats.source_rate["ngram"] < 0.1
 
 
 def test_observe_bookkeeping_and_shadow_evidence() -> None:
@@ -390,7 +418,7 @@ def test_observe_bookkeeping_and_shadow_evidence() -> None:
         ctl.choose(draft)
         ctl.observe(draft.prefix(4), list(range(m)), 0.06)
     assert ctl.alpha == pytest.approx((2 + 3 + 4 + 4) / 4)
-    assert 0 < ctl.alpha_ema < 4
+    assert 0 < ctl.stats.alpha_ema < 4
     assert ctl.choose(Draft.empty()) == 0
 
 
@@ -410,6 +438,34 @@ def test_config_rejects_nonsense() -> None:
         ControlConfig(min_gain=0)
     with pytest.raises(ValueError):
         ControlConfig(probe_every=-1)
+
+
+def test_draft_config_passes_the_controller_its_own_defaults() -> None:
+    assert DraftConfig().control() == ControlConfig()
+    knobs = DraftConfig(k_max=12, budget=20, branches=3, probe_every=4, min_gain=1.3).control()
+    assert knobs == ControlConfig(k_max=12, budget=20, branches=3, probe_every=4, min_gain=1.3)
+
+
+@pytest.mark.parametrize("knob", ["k", "k_max", "budget"])
+def test_draft_config_bounds_depth_and_size_by_the_largest_batch(knob: str) -> None:
+    DraftConfig(**{knob: MAX_BUDGET})  # type: ignore[arg-type]
+    for too_big in (MAX_BUDGET + 1, 10**9):
+        with pytest.raises(ConfigError, match=f"{knob} must be <= {MAX_BUDGET}"):
+            DraftConfig(**{knob: too_big})  # type: ignore[arg-type]
+
+
+def test_per_depth_state_grows_with_the_depths_seen_not_k_max() -> None:
+    ctl = controller(k_max=10**7, budget=64)  # 10**7 would be 160 MB sized by k_max
+    assert len(ctl.stats.depth_rate) <= 64  # nothing sized by k_max
+    deep = Draft.chain(list(range(1, 41)), q=0.99)
+    assert ctl.limit(deep) == 40
+    ctl.choose(deep)
+    ctl.observe(deep, list(range(40)), flat(41), bonus=-1)  # all 40 verified and accepted
+    assert len(ctl.stats.depth_rate) <= 2 * 41
+    assert ctl.stats.depth_rate[40] == pytest.approx(1.0)
+    shallow = controller(k_max=3)  # anything deeper than k_max is counted at k_max + 1
+    shallow.observe(deep, list(range(40)), flat(41))
+    assert len(shallow.stats.depth_rate) == 5 and shallow.stats.depth_rate[4] == 1.0
 
 
 def test_controller_is_an_engine_policy() -> None:
@@ -435,7 +491,23 @@ def test_unverified_drafts_are_scored_as_the_model_writes() -> None:
         ctl.observe(Draft.empty(), [], 0.02, bonus=tok)
     after = ctl.stats.calibrated(draft.q[:1], draft.sources[:1])[0]
     assert after > before + 0.3
-    assert ctl.depth_rate[8] > 0.5  # the deepest node was scored too
+    assert ctl.stats.depth_rate[8] > 0.5  # the deepest node was scored too
+
+
+def test_shadow_scorer_turns_a_declined_draft_into_trials_until_a_miss() -> None:
+    shadow = ShadowScorer()
+    draft = Draft.chain([5, 6, 7, 8], q=0.5)
+    shadow.offer(draft)
+    older, fresh = shadow.score(Draft.empty(), [], bonus=5)  # declined; the model wrote 5
+    assert older == [] and fresh is not None
+    assert fresh.nodes.tolist() == [0] and fresh.hit.tolist() == [True]
+    shadow.offer(Draft.empty())
+    older, fresh = shadow.score(Draft.empty(), [], bonus=6)  # next step: node 1 hits too
+    assert fresh is None and [(t.nodes.tolist(), t.hit.tolist()) for t in older] == [([1], [True])]
+    older, _ = shadow.score(Draft.empty(), [], bonus=9)  # a miss ends the walk
+    assert [(t.nodes.tolist(), t.hit.tolist()) for t in older] == [([2], [False])]
+    assert shadow.score(Draft.empty(), [], bonus=8) == ([], None)
+    assert shadow.score(Draft.empty(), [], bonus=None) == ([], None)  # no token, no trials
 
 
 def test_a_wrong_guess_scored_later_lowers_calibration() -> None:

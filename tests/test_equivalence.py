@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.sampling import SamplingConfig
 
 pytestmark = pytest.mark.model

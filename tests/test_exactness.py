@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from lookahead.engine import Done, FixedPolicy, GenerationConfig, generate
+from lookahead.control import FixedPolicy
+from lookahead.engine import Done, GenerationConfig, generate
 from lookahead.sampling import SamplingConfig
 from tests.fake_backend import FakeModel, TreeDrafter
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lookahead.control import ControlConfig, Controller, CostModel
-from lookahead.engine import FixedPolicy, Policy
+from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.engine import Policy
 from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
@@ -23,7 +23,10 @@ from lookahead.index.suffix import SuffixIndex
 from lookahead.models import Progress
 from lookahead.propose import Proposer
 
-MAX_BUDGET = 256  # most nodes per verify batch (the context's n_batch is 512)
+# Most nodes per verify batch (the context's n_batch is 512); so also the deepest draft, as a
+# draft is never deeper than its node count.
+MAX_BUDGET = 256
+_CONTROL = ControlConfig()  # the controller knobs' defaults
 
 
 @dataclass(frozen=True)
@@ -33,41 +36,33 @@ class DraftConfig:
     enabled: bool = True  # False = plain decoding (the baseline)
     adaptive: bool = True  # choose the draft size each step from measured cost and alpha
     k: int = 8  # with adaptive=False: draft tokens per branch (fixed K)
-    k_max: int = 64  # with adaptive=True: deepest draft the controller may verify
-    budget: int = 64  # most tree nodes verified per step
-    branches: int = 2  # most children per tree node (1 = a single chain)
+    # k_max, budget, branches, probe_every, min_gain: the adaptive controller's knobs, passed
+    # on by control(); `ControlConfig` documents them and holds their defaults. budget and
+    # branches bound the fixed-K drafts too.
+    k_max: int = _CONTROL.k_max  # with adaptive=True: deepest draft the controller may verify
+    budget: int = _CONTROL.budget  # most tree nodes verified per step
+    branches: int = _CONTROL.branches  # most children per tree node (1 = a single chain)
     ngram_order: int = 4  # longest context of the n-gram table
     records: bool = True  # draft whole report records, values taken from the prompt's data rows
     shipped_corpora: bool = True  # draft from the corpora/ folder shipped with lookahead
     corpora: tuple[Path, ...] = ()  # more static corpus folders (e.g. the user's repository)
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
-    # Probe (verify a small draft) after this many declined steps; 0 = never. Off by
-    # default: every declined draft is scored for free against the tokens the model then
-    # writes, which teaches the controller as much as a probe, and on a CPU where a batch of
-    # 2 costs ~2.4 one-token steps a failed probe is expensive.
-    probe_every: int = 0
-    # Draft only when a step's expected speedup over plain decoding beats this factor. Above
-    # the controller's neutral 1.05: early in a request its acceptance estimates are still
-    # the indexes' own (optimistic) ones, picking the best of many noisy prefixes is
-    # optimistic too, and a failed draft costs 2.4+ one-token steps on a 2-core CPU.
-    # Measured (bench/compare, Qwen-0.5B, 18 prompts): 1.15 was ahead of 1.05 on every kind
-    # but code completion, where both were equal.
-    min_gain: float = 1.15
+    probe_every: int = _CONTROL.probe_every  # probe after this many declined steps; 0 = never
+    min_gain: float = _CONTROL.min_gain  # draft only when the expected speedup beats this
 
     def __post_init__(self) -> None:
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.budget > MAX_BUDGET:
-            raise ConfigError(f"budget must be <= {MAX_BUDGET}, got {self.budget}")
+        for name in ("k", "k_max", "budget"):
+            if getattr(self, name) > MAX_BUDGET:
+                raise ConfigError(f"{name} must be <= {MAX_BUDGET}, got {getattr(self, name)}")
 
     def control(self) -> ControlConfig:
-        budget = self.budget if self.adaptive else min(self.budget, self.k * self.branches)
-        k_max = self.k_max if self.adaptive else self.k
+        """The adaptive controller's knobs."""
         return ControlConfig(
-            adaptive=self.adaptive,
-            k_max=k_max,
-            budget=max(budget, 0),
+            k_max=self.k_max,
+            budget=self.budget,
             branches=self.branches,
             probe_every=self.probe_every,
             min_gain=self.min_gain,
@@ -114,9 +109,10 @@ class DraftState:
         return Proposer(sources)
 
     def policy(self, config: DraftConfig) -> Policy:
+        if not config.adaptive:
+            budget = min(config.budget, config.k * config.branches)
+            return FixedPolicy(config.k, budget=budget, branches=config.branches)
         ctl = config.control()
-        if not ctl.adaptive:
-            return FixedPolicy(ctl.k_max, budget=ctl.budget, branches=ctl.branches)
         if ctl not in self.controllers:
             self.controllers[ctl] = Controller(ctl, self.cost)
         return self.controllers[ctl]
