@@ -171,7 +171,7 @@ def serve(
     curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
     """
     from cli.serve_cmd import read_keys, run_serve
-    from lookahead.drafting import DraftConfig
+    from lookahead.draft_state import DraftConfig
 
     with handled():
         if log_level not in ("debug", "info", "warning", "error"):

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from cli.models_cmd import _RichProgress
 from lookahead.backend.llama import BackendConfig
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.gguf import check_gguf
 from lookahead.models import default_cache_dir, resolve_model

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.sampling import SamplingConfig
 from lookahead.server import ServeConfig
 from tests.server_helpers import Running, serving

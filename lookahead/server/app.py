@@ -32,7 +32,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lookahead.api import Model
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Result, Step
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource

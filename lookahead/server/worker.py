@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lookahead.api import Model
-from lookahead.drafting import DraftConfig
+from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Result
 from lookahead.errors import LookaheadError
 from lookahead.index.base import DraftSource
