@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import cli.serve_cmd
 from cli.main import app
-from tests.server_helpers import free_port
+from lookahead.server.background import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

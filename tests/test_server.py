@@ -19,7 +19,7 @@ import pytest
 from lookahead.draft_state import DraftConfig
 from lookahead.sampling import SamplingConfig
 from lookahead.server import ServeConfig
-from tests.server_helpers import Running, serving
+from lookahead.server.background import Running, serving
 
 pytestmark = pytest.mark.model
 

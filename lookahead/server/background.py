@@ -1,4 +1,5 @@
-"""A real uvicorn server on 127.0.0.1 at a free port, in a thread of the test process."""
+"""The service on a real uvicorn server in a background thread of this process (127.0.0.1,
+a free port): for tests, the bench, and programs that embed the service."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import uvicorn
 
 from lookahead.server import ServeConfig, create_app
@@ -31,13 +31,18 @@ class Running:
     def service(self) -> Any:
         return self.app.state.service
 
-    def client(self, key: str | None = None, timeout: float = 120) -> httpx.Client:
+    def client(self, key: str | None = None, timeout: float = 120) -> Any:
+        """An httpx.Client on this server (httpx is a test and bench dependency)."""
+        import httpx
+
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
 
 @contextmanager
-def serving(config: ServeConfig, loader: Callable[[], Any], wait_ready: bool = True) -> Iterator[Running]:
+def serving(
+    config: ServeConfig, loader: Callable[[], Any], wait_ready: bool = True, ready_timeout: float = 600
+) -> Iterator[Running]:
     app = create_app(config, loader)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -51,7 +56,7 @@ def serving(config: ServeConfig, loader: Callable[[], Any], wait_ready: bool = T
     running = Running(f"http://127.0.0.1:{port}", app)
     try:
         if wait_ready:
-            assert app.state.service.ready.wait(120), app.state.service.load_error
+            assert app.state.service.ready.wait(ready_timeout), app.state.service.load_error
         yield running
     finally:
         server.should_exit = True
