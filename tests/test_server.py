@@ -368,3 +368,18 @@ def test_the_shared_index_survives_a_restart(smol_path: Path, tmp_path: Path) ->
         assert server.service.memory.wait_built()
         again, n2, _ = _accepted(server, "", prompt)
     assert n == n2 and again >= 0.7 * n
+
+
+def test_a_failing_generation_is_a_500_and_the_server_goes_on(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = server.service.model
+    real = model.stream
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(model, "stream", broken)
+    r = _post(server, "/v1/completions", {"prompt": "hi", "max_tokens": 4})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert "boom" not in r.json()["error"]["message"]  # internals stay in the server log
+    monkeypatch.setattr(model, "stream", real)
+    assert _post(server, "/v1/completions", {"prompt": "hi", "max_tokens": 4}).status_code == 200
