@@ -24,6 +24,16 @@ app = typer.Typer(
 )
 app.add_typer(models_app, name="models")
 
+LiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="On a terminal, a live view while it writes: text from accepted drafts in green, "
+        "alpha, draft size, tokens/s against plain decoding, accepted lengths (plain output "
+        "when stdout is not a terminal, or with --json).",
+    ),
+]
+
 
 def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
@@ -92,6 +102,7 @@ def generate(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")
     ] = False,
+    live: LiveOption = False,
     n_ctx: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
     threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
 ) -> None:
@@ -128,6 +139,7 @@ def generate(
             as_json=as_json,
             n_ctx=n_ctx,
             threads=threads,
+            live=live,
         )
 
 
