@@ -67,7 +67,7 @@ def run_generate(
         check=lambda path: check_prompt_fits(path, text, chat, n_ctx),
     )  # fmt: skip
     events = lm.stream(text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg)
-    result = show(events, echo=not as_json, live=live_info(lm, draft_cfg) if live else None, err=err)
+    result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
     print_result(result, as_json, err)
 
 
@@ -125,9 +125,11 @@ def open_model(
     return lm, checked
 
 
-def live_info(lm: Model, draft: DraftConfig) -> LiveInfo:
-    """The live view's fixed figures: the draft budget, plain decoding's rate from the
-    calibrated t(1) (calibrated by `open_model` whenever drafts are on)."""
+def live_info(lm: Model, draft: DraftConfig, live: bool, as_json: bool) -> LiveInfo | None:
+    """What the live view needs (None: no live view, or --json): the draft budget, plain
+    decoding's rate from the calibrated t(1) (calibrated by `open_model` when drafts are on)."""
+    if not live or as_json:
+        return None
     plain = 1.0 / lm.drafting.cost.seconds(1) if draft.enabled else None
     return LiveInfo(budget=draft.budget if draft.enabled else 0, plain_tokens_per_s=plain)
 

@@ -219,3 +219,14 @@ def test_generate_live_ctrl_c(smol_path: Path) -> None:
     assert "Traceback" not in shown and "KeyboardInterrupt" not in shown
     assert "interrupted: " in shown and " steps, alpha " in shown
     assert "2000 tokens in" not in shown  # it stopped early
+
+
+@pytest.mark.model
+def test_report_live_to_a_file(smol_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.md"
+    example = ROOT / "examples" / "sales"
+    args = ["report", str(example / "weekly.md"), str(example / "sales.csv"), "-o", str(out)]
+    code, shown = run_on_pty([*args, "--model", str(smol_path), "--threads", "1", "-n", "32", "--live"])
+    assert code == 0, shown
+    assert "accepted/step" in shown and "Traceback" not in shown
+    assert out.read_text(encoding="utf-8").strip()
