@@ -116,7 +116,7 @@ def open_model(
         err.print(f"[dim]backend: {lm.verdict.candidate.description} ({failed})[/dim]", highlight=False)
     # One-time measurements (cached per model and machine; ~15 s on a 2-core CPU the first
     # time): shown, not a silent pause before the first token.
-    if draft.enabled and (draft.adaptive or live):
+    if draft.enabled and (draft.adaptive or (live and sys.stdout.isatty())):
         with err.status("measuring the verify cost on this machine (cached after the first run)"):
             lm.calibrate()
     if draft.enabled and draft.exact:

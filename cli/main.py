@@ -159,12 +159,12 @@ def report(
     ] = None,
     chat: Annotated[
         bool | None,
-        typer.Option("--chat/--no-chat", help="Use the model's chat template [default: when the model has one]."),
+        typer.Option("--chat/--no-chat", help="Use the model's chat template (default: when the model has one)."),
     ] = None,
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-tokens", "-n", help="Most tokens [default: enough for every record, within the context]."),
+        typer.Option("--max-tokens", "-n", help="Most tokens (default: enough for every record, within the context)."),
     ] = None,
     temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples.")] = 0.0,
     seed: Annotated[int | None, typer.Option(help="Random seed for sampling.")] = None,
