@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 
+from cli.live import LiveInfo, show, summary_line
 from cli.models_cmd import _RichProgress
-from lookahead.api import EXACT_MIN_CTX, check_prompt_fits, load
+from lookahead.api import EXACT_MIN_CTX, Model, check_prompt_fits, load
 from lookahead.backend.llama import BackendConfig
 from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Result, Step
+from lookahead.engine import Result
 from lookahead.errors import ConfigError, UserError
 from lookahead.gguf import check_gguf
 from lookahead.index.corpus import CorpusError
@@ -50,62 +52,92 @@ def run_generate(
     as_json: bool,
     n_ctx: int,
     threads: int,
+    live: bool = False,
 ) -> None:
     # Check everything that can be checked before the model loads (seconds to minutes on a
     # big model): every config, the corpus folders, the prompt's length in tokens.
     sampling_cfg = SamplingConfig(**sampling)
     draft_cfg = DraftConfig(**draft)
-    if max_tokens <= 0:
+    check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
+    if not text.strip():
+        raise UserError("the prompt is empty")
+    err = Console(stderr=True)
+    lm, _ = open_model(
+        model, n_ctx=n_ctx, threads=threads, draft=draft_cfg, live=live, err=err,
+        check=lambda path: check_prompt_fits(path, text, chat, n_ctx),
+    )  # fmt: skip
+    events = lm.stream(text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg)
+    result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
+    print_result(result, as_json, err)
+
+
+def check_options(*, max_tokens: int | None, n_ctx: int, threads: int, draft: DraftConfig) -> None:
+    """The checks every generating command makes before loading (None: no --max-tokens)."""
+    if max_tokens is not None and max_tokens <= 0:
         raise ConfigError(f"--max-tokens must be > 0, got {max_tokens}")
     if n_ctx < 0:  # llama.cpp takes an unsigned int: -1 would wrap to 4 billion tokens
         raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
-    if not text.strip():
-        raise UserError("the prompt is empty")
-    if draft_cfg.enabled and draft_cfg.exact and 0 < n_ctx < EXACT_MIN_CTX:
+    if draft.enabled and draft.exact and 0 < n_ctx < EXACT_MIN_CTX:
         raise ConfigError(
             f"--exact runs a self-test that needs --n-ctx of at least {EXACT_MIN_CTX}, got {n_ctx}"
         )
-    for folder in draft_cfg.corpora:
+    for folder in draft.corpora:
         if not Path(folder).exists():
             raise CorpusError(f"corpus folder not found: {folder}")
+
+
+T = TypeVar("T")
+
+
+def open_model(
+    model: str,
+    *,
+    n_ctx: int,
+    threads: int,
+    draft: DraftConfig,
+    live: bool,
+    err: Console,
+    check: Callable[[Path], T],
+) -> tuple[Model, T]:
+    """Find the model (pulling a named one), check its file, run `check(path)` on it before
+    the weights load (the prompt's length), load it, and make the one-time measurements the
+    drafts need (and the live view: plain decoding's speed). Returns the model and what
+    `check` returned."""
     backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
-    err = Console(stderr=True)
     with _RichProgress(err) as progress:
         path = resolve_model(model, default_cache_dir(), progress)
         check_gguf(path)
-        check_prompt_fits(path, text, chat, n_ctx)
+        checked = check(path)
         lm = load(model, backend=backend_cfg, progress=progress)
     if lm.verdict is not None and not lm.verdict.is_default:
         failed = "; ".join(f"{t.candidate}: {t.detail}" for t in lm.verdict.trials if not t.ok)
         err.print(f"[dim]backend: {lm.verdict.candidate.description} ({failed})[/dim]", highlight=False)
     # One-time measurements (cached per model and machine; ~15 s on a 2-core CPU the first
     # time): shown, not a silent pause before the first token.
-    if draft_cfg.enabled and draft_cfg.adaptive:
+    if draft.enabled and (draft.adaptive or (live and sys.stdout.isatty())):
         with err.status("measuring the verify cost on this machine (cached after the first run)"):
             lm.calibrate()
-    if draft_cfg.enabled and draft_cfg.exact:
+    if draft.enabled and draft.exact:
         with err.status("testing which batch sizes give bit-identical logits"):
             lm.exact_limits()
-    result: Result | None = None
-    for event in lm.stream(
-        text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg
-    ):
-        if isinstance(event, Step):
-            if not as_json and event.text:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-        elif isinstance(event, Done):
-            result = event.result
-    assert result is not None
+    return lm, checked
+
+
+def live_info(lm: Model, draft: DraftConfig, live: bool, as_json: bool) -> LiveInfo | None:
+    """What the live view needs (None: no live view, or --json): the draft budget, plain
+    decoding's rate from the calibrated t(1) (calibrated by `open_model` when drafts are on)."""
+    if not live or as_json:
+        return None
+    plain = 1.0 / lm.drafting.cost.seconds(1) if draft.enabled else None
+    return LiveInfo(budget=draft.budget if draft.enabled else 0, plain_tokens_per_s=plain)
+
+
+def print_result(result: Result, as_json: bool, err: Console, **extra: Any) -> None:
+    """The --json object (with `extra` keys) on stdout, or the summary line on stderr."""
     if as_json:
-        sys.stdout.write(json.dumps(json_summary(result), ensure_ascii=False) + "\n")
-    else:
-        sys.stdout.write("\n")
-        s = result.stats
-        err.print(
-            f"[dim]{s.n_tokens} tokens in {s.decode_s:.2f}s ({s.tokens_per_s:.1f} tok/s), "
-            f"{s.steps} steps, alpha {s.alpha:.2f}, prefill {s.prefill_s:.2f}s[/dim]",
-            highlight=False,
-        )
+        sys.stdout.write(json.dumps({**json_summary(result), **extra}, ensure_ascii=False) + "\n")
+        return
+    s = result.stats
+    err.print(f"[dim]{summary_line(s.n_tokens, s.decode_s, s.steps, s.alpha, s.prefill_s)}[/dim]", highlight=False)

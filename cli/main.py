@@ -24,6 +24,23 @@ app = typer.Typer(
 )
 app.add_typer(models_app, name="models")
 
+LiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="On a terminal, a live view while it writes: text from accepted drafts in green, "
+        "alpha, draft size, tokens/s against plain decoding, accepted lengths (plain output "
+        "when stdout is not a terminal, or with --json).",
+    ),
+]
+
+ModelOption = Annotated[
+    str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
+]
+NoSpecOption = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")]
+NCtxOption = Annotated[int, typer.Option(help="Context length in tokens.")]
+ThreadsOption = Annotated[int, typer.Option(help="CPU threads (0 = all available).")]
+
 
 def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
@@ -51,9 +68,7 @@ def generate(
         Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from this file.")
     ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt as a user message in the model's chat template.")] = False,
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
-    ] = models.DEFAULT_MODEL,
+    model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 256,
     temperature: Annotated[
         float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")
@@ -88,12 +103,13 @@ def generate(
             "--no-records", help="Do not draft report records from the prompt's data rows (see README)."
         ),
     ] = False,
-    no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")] = False,
+    no_spec: NoSpecOption = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")
     ] = False,
-    n_ctx: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
-    threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
+    live: LiveOption = False,
+    n_ctx: NCtxOption = 8192,
+    threads: ThreadsOption = 0,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout."""
     from cli.generate_cmd import run_generate
@@ -126,6 +142,63 @@ def generate(
                 records=not no_records,
             ),
             as_json=as_json,
+            n_ctx=n_ctx,
+            threads=threads,
+            live=live,
+        )
+
+
+@app.command()
+def report(
+    template: Annotated[
+        Path, typer.Argument(help="Markdown: the instructions and one record's shape (a Jinja2 template).")
+    ],
+    data: Annotated[Path, typer.Argument(help="The rows: CSV with a header, JSON (a list of objects) or JSON Lines.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to this file (replaced whole, at the end).")
+    ] = None,
+    chat: Annotated[
+        bool | None,
+        typer.Option("--chat/--no-chat", help="Use the model's chat template (default: when the model has one)."),
+    ] = None,
+    model: ModelOption = models.DEFAULT_MODEL,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", "-n", help="Most tokens (default: enough for every record, within the context)."),
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples.")] = 0.0,
+    seed: Annotated[int | None, typer.Option(help="Random seed for sampling.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: the report text and the statistics.")
+    ] = False,
+    live: LiveOption = False,
+    no_spec: NoSpecOption = False,
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding (see generate --help).")
+    ] = False,
+    n_ctx: NCtxOption = 8192,
+    threads: ThreadsOption = 0,
+) -> None:
+    """Write a report with one record per data row: the template (instructions and the
+    shape of one record, e.g. `### <region>`) and the data become the prompt, and the record
+    index drafts each record from the one before and the row's values (see README).
+
+    Example: lookahead report examples/sales/weekly.md examples/sales/sales.csv -o report.md
+    """
+    from cli.report_cmd import run_report
+
+    with handled():
+        run_report(
+            template,
+            data,
+            output=output,
+            chat=chat,
+            model=model,
+            max_tokens=max_tokens,
+            sampling=dict(temperature=temperature, seed=seed),
+            draft=dict(enabled=not no_spec, exact=exact),
+            as_json=as_json,
+            live=live,
             n_ctx=n_ctx,
             threads=threads,
         )

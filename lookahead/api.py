@@ -210,6 +210,16 @@ def prompt_tokens(vocab: LlamaVocab, prompt: str | Sequence[dict[str, str]], cha
     return vocab.chat_prompt(messages)
 
 
+def has_chat_template(path: Path) -> bool:
+    """Whether the GGUF model at `path` carries a chat template (an instruct model); reads
+    the vocabulary alone, no weights."""
+    vocab = LlamaVocab(path)
+    try:
+        return bool(vocab.meta("tokenizer.chat_template"))
+    finally:
+        vocab.close()
+
+
 def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: bool, n_ctx: int) -> int:
     """Tokenize with the model's vocabulary alone (no weights loaded) and raise
     GenerationError if the prompt cannot fit a context of `n_ctx` (0 = the model's own).
