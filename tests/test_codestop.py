@@ -153,54 +153,43 @@ def test_python_no_stop_before_anything_is_written() -> None:
 # ---- brace languages ---------------------------------------------------------------------
 
 
-def test_braces_closing_brace_already_after_the_cursor() -> None:
-    src = "int f(int x) {|\n}\n"
-    assert kept(BRACES, src, "\n    return x * 2;\n}\n\nint g() {") == "\n    return x * 2;\n"
+# (the file, | the cursor; what is kept; what the model wrote after it)
+BRACE_CASES = {
+    "closing brace already after the cursor": ("int f(int x) {|\n}\n", "\n    return x * 2;\n", "}\n\nint g() {"),
+    "closing brace not there is written": ("int f(int x) {|", "\n    return x * 2;\n}", "\n\nint g() {"),
+    "else continues the block": (
+        "    if (x) {|",
+        "\n        a();\n    } else {\n        b();\n    }",
+        "\n    c();\n",
+    ),
+    "nested blocks and blank lines inside": (
+        "fn main() {\n    |\n}\n",
+        'for i in 0..3 {\n        if i > 1 {\n            break;\n        }\n\n        println!("{}", i);\n    }\n',
+        "}\n",
+    ),
+    "blank line after a whole function at top level": (
+        "#include <stdio.h>\n\n|",
+        "int add(int a, int b) {\n    return a + b;\n}\n",
+        "\nint sub(int a, int b) {\n",
+    ),
+    "statements with blank lines go on": ("void f() {\n    |\n}", "a(1);\n\n    b(2);\n", "}\n"),
+    "strings and comments are not code": (
+        "function f() {|\n}",
+        '\n  const s = "}";  // }\n  /* } */\n  const t = `\n}`;\n  return s;\n',
+        "}\n",
+    ),
+    "rust lifetimes are not strings": (
+        "impl<'a> Foo<'a> {|\n}",
+        "\n    fn get(&self) -> &'a str { self.0 }\n",
+        "}\n",
+    ),
+    "arguments before an existing paren": ('printf("%d", |);', "x", ");\nreturn 0;"),
+}
 
 
-def test_braces_closing_brace_not_there_is_written() -> None:
-    src = "int f(int x) {|"
-    assert kept(BRACES, src, "\n    return x * 2;\n}\n\nint g() {") == "\n    return x * 2;\n}"
-
-
-def test_braces_else_continues_the_block() -> None:
-    src = "    if (x) {|"
-    completion = "\n        a();\n    } else {\n        b();\n    }\n    c();\n"
-    assert kept(BRACES, src, completion) == "\n        a();\n    } else {\n        b();\n    }"
-
-
-def test_braces_nested_blocks_and_blank_lines_inside() -> None:
-    src = "fn main() {\n    |\n}\n"
-    loop = 'for i in 0..3 {\n        if i > 1 {\n            break;\n        }\n\n        println!("{}", i);\n    }'
-    assert kept(BRACES, src, loop + "\n}\n") == loop + "\n"
-
-
-def test_braces_blank_line_after_a_whole_function_at_top_level() -> None:
-    src = "#include <stdio.h>\n\n|"
-    completion = "int add(int a, int b) {\n    return a + b;\n}\n\nint sub(int a, int b) {\n"
-    assert kept(BRACES, src, completion) == "int add(int a, int b) {\n    return a + b;\n}\n"
-
-
-def test_braces_statements_with_blank_lines_go_on() -> None:
-    src = "void f() {\n    |\n}"
-    completion = "a(1);\n\n    b(2);\n}\n"
-    assert kept(BRACES, src, completion) == "a(1);\n\n    b(2);\n"
-
-
-def test_braces_strings_and_comments_are_not_code() -> None:
-    src = "function f() {|\n}"
-    completion = '\n  const s = "}";  // }\n  /* } */\n  const t = `\n}`;\n  return s;\n}\n'
-    assert kept(BRACES, src, completion) == '\n  const s = "}";  // }\n  /* } */\n  const t = `\n}`;\n  return s;\n'
-
-
-def test_braces_rust_lifetimes_are_not_strings() -> None:
-    src = "impl<'a> Foo<'a> {|\n}"
-    completion = "\n    fn get(&self) -> &'a str { self.0 }\n}\n"
-    assert kept(BRACES, src, completion) == "\n    fn get(&self) -> &'a str { self.0 }\n"
-
-
-def test_braces_arguments_before_an_existing_paren() -> None:
-    assert kept(BRACES, 'printf("%d", |);', "x);\nreturn 0;") == "x"
+@pytest.mark.parametrize(("src", "expected", "rest"), BRACE_CASES.values(), ids=BRACE_CASES.keys())
+def test_braces(src: str, expected: str, rest: str) -> None:
+    assert kept(BRACES, src, expected + rest) == expected
 
 
 def test_other_languages_have_no_structural_stop() -> None:
