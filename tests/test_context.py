@@ -8,19 +8,7 @@ from pathlib import Path
 from lookahead.index.corpus import CorpusIndex
 from lookahead.index.corpus_files import cache_file, collect_files
 from lookahead.index.ignore import GitIgnore, find_repository
-
-
-def byte_tokens(text: str) -> list[int]:
-    return list(text.encode())
-
-
-class Counting:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, text: str) -> list[int]:
-        self.calls += 1
-        return byte_tokens(text)
+from tests.test_corpus import CountingTokenizer
 
 
 def write(root: Path, files: dict[str, str | bytes]) -> None:
@@ -109,7 +97,7 @@ def test_find_repository(tmp_path: Path) -> None:
 def test_cache_is_reused_and_rebuilt_when_a_file_changes(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     cache = tmp_path / "cache"
-    tok = Counting()
+    tok = CountingTokenizer()
 
     def build(**kwargs: object) -> CorpusIndex:
         rule = GitIgnore(repo, exclude=[repo / "app.py"])
