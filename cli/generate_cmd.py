@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from cli.models_cmd import _RichProgress
-from lookahead.api import EXACT_MIN_CTX, check_prompt_fits, load
+from lookahead.api import EXACT_MIN_CTX, Model, check_prompt_fits, load
 from lookahead.backend.llama import BackendConfig
 from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Result, Step
+from lookahead.engine import Done, Event, Result, Step
 from lookahead.errors import ConfigError, UserError
 from lookahead.gguf import check_gguf
 from lookahead.index.corpus import CorpusError
@@ -38,6 +39,78 @@ def json_summary(result: Result) -> dict[str, Any]:
     }
 
 
+def check_options(*, max_tokens: int, n_ctx: int, threads: int, draft: DraftConfig) -> None:
+    """The checks every generating command makes before the model loads."""
+    if max_tokens <= 0:
+        raise ConfigError(f"--max-tokens must be > 0, got {max_tokens}")
+    if n_ctx < 0:  # llama.cpp takes an unsigned int: -1 would wrap to 4 billion tokens
+        raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
+    if threads < 0:
+        raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    if draft.enabled and draft.exact and 0 < n_ctx < EXACT_MIN_CTX:
+        raise ConfigError(
+            f"--exact runs a self-test that needs --n-ctx of at least {EXACT_MIN_CTX}, got {n_ctx}"
+        )
+    for folder in draft.corpora:
+        if not Path(folder).exists():
+            raise CorpusError(f"corpus folder not found: {folder}")
+
+
+def open_model(
+    model: str,
+    *,
+    n_ctx: int,
+    threads: int,
+    draft: DraftConfig,
+    err: Console,
+    before_load: Callable[[Path], object] = lambda path: None,
+) -> Model:
+    """Resolve, check (`before_load` gets the model's path, e.g. to check the prompt with
+    the vocabulary alone) and load the model, with progress on `err`; then the one-time
+    measurements the draft configuration needs."""
+    backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
+    with _RichProgress(err) as progress:
+        path = resolve_model(model, default_cache_dir(), progress)
+        check_gguf(path)
+        before_load(path)
+        lm = load(model, backend=backend_cfg, progress=progress)
+    if lm.verdict is not None and not lm.verdict.is_default:
+        failed = "; ".join(f"{t.candidate}: {t.detail}" for t in lm.verdict.trials if not t.ok)
+        err.print(f"[dim]backend: {lm.verdict.candidate.description} ({failed})[/dim]", highlight=False)
+    # One-time measurements (cached per model and machine; ~15 s on a 2-core CPU the first
+    # time): shown, not a silent pause before the first token.
+    if draft.enabled and draft.adaptive:
+        with err.status("measuring the verify cost on this machine (cached after the first run)"):
+            lm.calibrate()
+    if draft.enabled and draft.exact:
+        with err.status("testing which batch sizes give bit-identical logits"):
+            lm.exact_limits()
+    return lm
+
+
+def print_stream(events: Iterable[Event], quiet: bool) -> Result:
+    """Write each step's text to stdout as it comes (not if `quiet`); the final Result."""
+    result: Result | None = None
+    for event in events:
+        if isinstance(event, Step):
+            if not quiet and event.text:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        elif isinstance(event, Done):
+            result = event.result
+    assert result is not None
+    return result
+
+
+def print_summary(result: Result, err: Console) -> None:
+    s = result.stats
+    err.print(
+        f"[dim]{s.n_tokens} tokens in {s.decode_s:.2f}s ({s.tokens_per_s:.1f} tok/s), "
+        f"{s.steps} steps, alpha {s.alpha:.2f}, prefill {s.prefill_s:.2f}s[/dim]",
+        highlight=False,
+    )
+
+
 def run_generate(
     *,
     text: str,
@@ -55,57 +128,22 @@ def run_generate(
     # big model): every config, the corpus folders, the prompt's length in tokens.
     sampling_cfg = SamplingConfig(**sampling)
     draft_cfg = DraftConfig(**draft)
-    if max_tokens <= 0:
-        raise ConfigError(f"--max-tokens must be > 0, got {max_tokens}")
-    if n_ctx < 0:  # llama.cpp takes an unsigned int: -1 would wrap to 4 billion tokens
-        raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
-    if threads < 0:
-        raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
     if not text.strip():
         raise UserError("the prompt is empty")
-    if draft_cfg.enabled and draft_cfg.exact and 0 < n_ctx < EXACT_MIN_CTX:
-        raise ConfigError(
-            f"--exact runs a self-test that needs --n-ctx of at least {EXACT_MIN_CTX}, got {n_ctx}"
-        )
-    for folder in draft_cfg.corpora:
-        if not Path(folder).exists():
-            raise CorpusError(f"corpus folder not found: {folder}")
-    backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     err = Console(stderr=True)
-    with _RichProgress(err) as progress:
-        path = resolve_model(model, default_cache_dir(), progress)
-        check_gguf(path)
-        check_prompt_fits(path, text, chat, n_ctx)
-        lm = load(model, backend=backend_cfg, progress=progress)
-    if lm.verdict is not None and not lm.verdict.is_default:
-        failed = "; ".join(f"{t.candidate}: {t.detail}" for t in lm.verdict.trials if not t.ok)
-        err.print(f"[dim]backend: {lm.verdict.candidate.description} ({failed})[/dim]", highlight=False)
-    # One-time measurements (cached per model and machine; ~15 s on a 2-core CPU the first
-    # time): shown, not a silent pause before the first token.
-    if draft_cfg.enabled and draft_cfg.adaptive:
-        with err.status("measuring the verify cost on this machine (cached after the first run)"):
-            lm.calibrate()
-    if draft_cfg.enabled and draft_cfg.exact:
-        with err.status("testing which batch sizes give bit-identical logits"):
-            lm.exact_limits()
-    result: Result | None = None
-    for event in lm.stream(
-        text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg
-    ):
-        if isinstance(event, Step):
-            if not as_json and event.text:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-        elif isinstance(event, Done):
-            result = event.result
-    assert result is not None
+    lm = open_model(
+        model,
+        n_ctx=n_ctx,
+        threads=threads,
+        draft=draft_cfg,
+        err=err,
+        before_load=lambda path: check_prompt_fits(path, text, chat, n_ctx),
+    )
+    events = lm.stream(text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg)
+    result = print_stream(events, as_json)
     if as_json:
         sys.stdout.write(json.dumps(json_summary(result), ensure_ascii=False) + "\n")
     else:
         sys.stdout.write("\n")
-        s = result.stats
-        err.print(
-            f"[dim]{s.n_tokens} tokens in {s.decode_s:.2f}s ({s.tokens_per_s:.1f} tok/s), "
-            f"{s.steps} steps, alpha {s.alpha:.2f}, prefill {s.prefill_s:.2f}s[/dim]",
-            highlight=False,
-        )
+        print_summary(result, err)
