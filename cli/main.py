@@ -10,6 +10,17 @@ import typer
 
 from cli.errors import fail, handled
 from cli.models_cmd import CacheDirOption, models_app
+from cli.options import (
+    ExactOption,
+    MaxTokensOption,
+    ModelOption,
+    NCtxOption,
+    NoSpecOption,
+    SeedOption,
+    StopOption,
+    TemperatureOption,
+    ThreadsOption,
+)
 from lookahead import models
 
 app = typer.Typer(
@@ -223,6 +234,72 @@ def doctor(
         )
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def complete(
+    file: Annotated[Path, typer.Argument(help="The source file to complete in.")],
+    line: Annotated[
+        int | None, typer.Option("--line", "-l", help="The cursor's line (1-based), instead of a marker.")
+    ] = None,
+    col: Annotated[
+        int | None,
+        typer.Option("--col", "-c", help="With --line: the cursor's column (1-based; default: the end of the line)."),
+    ] = None,
+    marker: Annotated[
+        str, typer.Option(help="Without --line: the cursor is this text in the file (taken out).")
+    ] = "<CURSOR>",
+    fim: Annotated[
+        bool,
+        typer.Option(
+            "--fim/--no-fim",
+            help="Fill in the middle (the model sees the code after the cursor too) when the model "
+            "has FIM tokens; --no-fim: complete from the code before the cursor only.",
+        ),
+    ] = True,
+    context: Annotated[
+        Path | None,
+        typer.Option(
+            help="Draft from the code in this folder (.gitignore respected; default: FILE's git repository)."
+        ),
+    ] = None,
+    no_context: Annotated[bool, typer.Option("--no-context", help="Do not draft from other files.")] = False,
+    no_block_stop: Annotated[
+        bool,
+        typer.Option(
+            "--no-block-stop",
+            help="Do not stop at the end of the cursor's block (Python indentation, brackets elsewhere).",
+        ),
+    ] = False,
+    write: Annotated[
+        bool, typer.Option("--write", "-w", help="Insert the completion into FILE at the cursor.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object: completion, line, col, fim, written and statistics."),
+    ] = False,
+    model: ModelOption = models.DEFAULT_MODEL,
+    max_tokens: MaxTokensOption = 128,
+    temperature: TemperatureOption = 0.0,
+    seed: SeedOption = None,
+    stop: StopOption = None,
+    exact: ExactOption = False,
+    no_spec: NoSpecOption = False,
+    n_ctx: NCtxOption = 8192,
+    threads: ThreadsOption = 0,
+) -> None:
+    """Complete code at a cursor in FILE and print it (or --write it in, or --json).
+
+    The cursor is --line L [--col C], or a <CURSOR> marker in the file (not both).
+    It stops at the end of the cursor's block or function, --max-tokens, or a --stop string.
+
+    Example: lookahead complete src/stats.py --line 12 --json
+    """
+    options = dict(locals())  # every option above, by name: run_complete takes them all
+    from cli.complete_cmd import run_complete
+
+    with handled():
+        run_complete(**options)
 
 
 def main() -> None:  # pragma: no cover - console script entry
