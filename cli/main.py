@@ -10,6 +10,18 @@ import typer
 
 from cli.errors import fail, handled
 from cli.models_cmd import CacheDirOption, models_app
+from cli.options import (
+    ExactOption,
+    LiveOption,
+    MaxTokensOption,
+    ModelOption,
+    NCtxOption,
+    NoSpecOption,
+    SeedOption,
+    StopOption,
+    TemperatureOption,
+    ThreadsOption,
+)
 from lookahead import models
 
 app = typer.Typer(
@@ -23,24 +35,6 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(models_app, name="models")
-
-LiveOption = Annotated[
-    bool,
-    typer.Option(
-        "--live",
-        help="On a terminal, a live view while it writes: text from accepted drafts in green, "
-        "alpha, draft size, tokens/s against plain decoding, accepted lengths (plain output "
-        "when stdout is not a terminal, or with --json).",
-    ),
-]
-
-ModelOption = Annotated[
-    str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
-]
-NoSpecOption = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")]
-NCtxOption = Annotated[int, typer.Option(help="Context length in tokens.")]
-ThreadsOption = Annotated[int, typer.Option(help="CPU threads (0 = all available).")]
-
 
 def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
@@ -296,6 +290,73 @@ def doctor(
         )
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def complete(
+    file: Annotated[Path, typer.Argument(help="The source file to complete in.")],
+    line: Annotated[
+        int | None, typer.Option("--line", "-l", help="The cursor's line (1-based), instead of a marker.")
+    ] = None,
+    col: Annotated[
+        int | None,
+        typer.Option("--col", "-c", help="With --line: the cursor's column (1-based; default: the end of the line)."),
+    ] = None,
+    marker: Annotated[
+        str, typer.Option(help="Without --line: the cursor is this text in the file (taken out).")
+    ] = "<CURSOR>",
+    fim: Annotated[
+        bool,
+        typer.Option(
+            "--fim/--no-fim",
+            help="Fill in the middle (the model sees the code after the cursor too) when the model "
+            "has FIM tokens; --no-fim: complete from the code before the cursor only.",
+        ),
+    ] = True,
+    context: Annotated[
+        Path | None,
+        typer.Option(
+            help="Draft from the code in this folder (.gitignore respected; default: FILE's git repository)."
+        ),
+    ] = None,
+    no_context: Annotated[bool, typer.Option("--no-context", help="Do not draft from other files.")] = False,
+    no_block_stop: Annotated[
+        bool,
+        typer.Option(
+            "--no-block-stop",
+            help="Do not stop at the end of the cursor's block (Python indentation, brackets elsewhere).",
+        ),
+    ] = False,
+    write: Annotated[
+        bool, typer.Option("--write", "-w", help="Insert the completion into FILE at the cursor.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object: completion, line, col, fim, written and statistics."),
+    ] = False,
+    model: ModelOption = models.DEFAULT_MODEL,
+    max_tokens: MaxTokensOption = 128,
+    temperature: TemperatureOption = 0.0,
+    seed: SeedOption = None,
+    stop: StopOption = None,
+    exact: ExactOption = False,
+    no_spec: NoSpecOption = False,
+    n_ctx: NCtxOption = 8192,
+    threads: ThreadsOption = 0,
+    live: LiveOption = False,
+) -> None:
+    """Complete code at a cursor in FILE and print it (or --write it in, or --json).
+
+    The cursor is --line L [--col C], or a <CURSOR> marker in the file (not both).
+    It stops at the end of the cursor's block or function, --max-tokens, or a --stop string.
+
+    Example: lookahead complete src/stats.py --line 12 --json
+    """
+    options = dict(locals())  # every option above, by name: run_complete takes them all
+    from cli.complete_cmd import run_complete
+
+    with handled():
+        run_complete(**options)
 
 
 def main() -> None:  # pragma: no cover - console script entry

@@ -292,6 +292,21 @@ class LlamaVocab:
             ll.llama_model_meta_val_str(self._model, key.encode(), buf, n + 1)
         return buf.value.decode("utf-8", "replace")
 
+    # Fill-in-the-middle tokens, as the GGUF vocabulary names them (e.g. Qwen2.5-Coder's
+    # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>); None where the model has none.
+    def fim_pre(self) -> int | None:
+        return self._token_or_none(ll.llama_vocab_fim_pre(self._vocab))
+
+    def fim_suf(self) -> int | None:
+        return self._token_or_none(ll.llama_vocab_fim_suf(self._vocab))
+
+    def fim_mid(self) -> int | None:
+        return self._token_or_none(ll.llama_vocab_fim_mid(self._vocab))
+
+    @staticmethod
+    def _token_or_none(token: int) -> int | None:
+        return int(token) if token >= 0 else None  # llama.cpp says -1 (LLAMA_TOKEN_NULL)
+
     def special_text(self, token: int) -> str:
         buf = ctypes.create_string_buffer(256)
         n = ll.llama_token_to_piece(self._vocab, token, buf, 256, 0, True)

@@ -75,6 +75,7 @@ from lookahead.index.corpus_files import (
     MAX_TOTAL_BYTES,
     CorpusError,
     CorpusFile,
+    IgnoreRule,
     cache_file,
     collect_files,
     content_key,
@@ -191,18 +192,20 @@ class CorpusIndex:
         progress: Progress | None = None,
         params: CorpusParams = CorpusParams(),
         max_total_bytes: int = MAX_TOTAL_BYTES,
+        ignore: IgnoreRule | None = None,
     ) -> CorpusIndex:
         """The index of the files under `paths` (see `corpus_files` for which), from the
         cache in `cache_dir` when it is valid for this content, tokenizer and parameters,
         else built (calling `tokenize` on each file, without special tokens) and cached.
 
         `tokenizer_id` must change whenever `tokenize` would (e.g. a hash of the vocab).
+        `ignore`: what to leave out of the folders besides the usual (e.g. a .gitignore).
         Raises CorpusError for a path that does not exist or holds no usable text."""
         if progress:
             progress("reading corpus files", 0, None)
-        files = collect_files(paths, MAX_FILE_BYTES, max_total_bytes)
+        files = collect_files(paths, MAX_FILE_BYTES, max_total_bytes, ignore)
         key = content_key(files, tokenizer_id, params.table_key())
-        path = cache_file(cache_dir, paths, tokenizer_id, params.table_key())
+        path = cache_file(cache_dir, paths, tokenizer_id, params.table_key(), ignore)
         if progress:
             progress("loading corpus cache", 0, None)
         arrays, why = read_cache(path, key)

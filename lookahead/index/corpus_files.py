@@ -43,6 +43,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -80,6 +81,19 @@ class CorpusError(UserError):
     """A corpus folder or file that cannot be used (missing, or no usable text)."""
 
 
+class IgnoreRule(Protocol):
+    """Which paths of a walked folder to leave out, on top of the rules above (e.g. the
+    user's .gitignore: `lookahead.index.ignore.GitIgnore`)."""
+
+    # names the rule in the cache file's name, so an index built with it and one built
+    # without it (the same folder as a plain --corpus) do not overwrite each other
+    tag: str
+
+    def __call__(self, path: Path, is_dir: bool) -> bool:
+        """True to leave `path` (a folder with all below it, if `is_dir`) out."""
+        ...
+
+
 @dataclass(frozen=True)
 class CorpusFile:
     name: str  # "<folder name>/<path inside it>", forward slashes
@@ -92,8 +106,10 @@ def collect_files(
     paths: Sequence[str | os.PathLike[str]],
     max_file_bytes: int = MAX_FILE_BYTES,
     max_total_bytes: int = MAX_TOTAL_BYTES,
+    ignore: IgnoreRule | None = None,
 ) -> list[CorpusFile]:
-    """The usable text files under `paths`, in order (see the module docstring)."""
+    """The usable text files under `paths`, in order (see the module docstring); in a
+    folder, what `ignore` says to leave out is left out too."""
     files: list[CorpusFile] = []
     total = 0
     full = False
@@ -104,7 +120,7 @@ def collect_files(
         if root.is_file():
             found = [(root, root.name)]
         elif root.is_dir():
-            found = list(_walk(root))
+            found = _walk(root, ignore)
         else:
             raise CorpusError(f"corpus path is neither a file nor a folder: {root}")
         usable = 0
@@ -127,14 +143,14 @@ def collect_files(
     return files
 
 
-def _walk(root: Path) -> list[tuple[Path, str]]:
+def _walk(root: Path, ignore: IgnoreRule | None = None) -> list[tuple[Path, str]]:
     out: list[tuple[Path, str]] = []
     for folder, dirs, names in os.walk(root):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if _keep_dir(here / d))
+        dirs[:] = sorted(d for d in dirs if _keep_dir(here / d) and not (ignore and ignore(here / d, True)))
         for name in sorted(names):
             path = here / name
-            if name.startswith(".") or path.is_symlink():
+            if name.startswith(".") or path.is_symlink() or (ignore and ignore(path, False)):
                 continue
             if path.suffix.lower() in TEXT_SUFFIXES or name in TEXT_NAMES:
                 out.append((path, path.relative_to(root).as_posix()))
@@ -189,10 +205,14 @@ def cache_file(
     paths: Sequence[str | os.PathLike[str]],
     tokenizer_id: str,
     params: str,
+    ignore: IgnoreRule | None = None,
 ) -> Path:
-    """Where the cache for these paths, tokenizer and index parameters lives: one file per
-    combination, overwritten when the content changes, so stale caches do not pile up."""
+    """Where the cache for these paths, tokenizer, index parameters and ignore rule lives:
+    one file per combination, overwritten when the content changes, so stale caches do not
+    pile up."""
     h = hashlib.sha256(f"{tokenizer_id}\0{params}".encode())
+    if ignore is not None:
+        h.update(f"\0ignore={ignore.tag}".encode())
     for p in paths:
         h.update(b"\0" + str(Path(p).expanduser().resolve()).encode())
     return Path(cache_dir) / f"corpus-{h.hexdigest()[:24]}.idx"

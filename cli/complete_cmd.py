@@ -1,0 +1,141 @@
+"""`lookahead complete FILE`: complete code at a cursor, print it, or write it in."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from cli.generate_cmd import check_options, json_summary, live_info, open_model, print_result
+from cli.live import show
+from lookahead.backend.llama import LlamaVocab
+from lookahead.codestop import language_of
+from lookahead.complete import (
+    CompletionPrompt,
+    Split,
+    completion_prompt,
+    context_corpus,
+    read_source,
+    split_at_cursor,
+    stream_completion,
+    write_completion,
+)
+from lookahead.draft_state import DraftConfig
+from lookahead.engine import Result
+from lookahead.errors import UserError
+from lookahead.index.corpus import CorpusError, CorpusIndex
+from lookahead.index.ignore import find_repository
+from lookahead.sampling import SamplingConfig
+
+
+def completion_json(split: Split, prompt: CompletionPrompt, result: Result, written: bool) -> dict[str, Any]:
+    """The --json object: the completion, the cursor, whether the prompt was FIM, whether it
+    was written into the file, then `generate --json`'s statistics (its `text` is
+    `completion` here)."""
+    stats = json_summary(result)
+    del stats["text"]
+    return {
+        "completion": result.text,
+        "line": split.cursor.line,
+        "col": split.cursor.col,
+        "fim": prompt.fim,
+        "written": written,
+        **stats,
+    }
+
+
+def context_folder(file: Path, context: Path | None, no_context: bool) -> tuple[Path | None, bool]:
+    """(the folder to draft from, whether the user named it)."""
+    if no_context:
+        if context is not None:
+            raise UserError("give --context DIR or --no-context, not both")
+        return None, False
+    if context is not None:
+        if not context.is_dir():
+            raise CorpusError(f"context folder not found: {context}")
+        return context, True
+    return find_repository(file), False
+
+
+def run_complete(
+    *,
+    file: Path,
+    line: int | None,
+    col: int | None,
+    marker: str,
+    fim: bool,
+    context: Path | None,
+    no_context: bool,
+    no_block_stop: bool,
+    write: bool,
+    as_json: bool,
+    model: str,
+    max_tokens: int,
+    temperature: float,
+    seed: int | None,
+    stop: list[str] | None,
+    exact: bool,
+    no_spec: bool,
+    n_ctx: int,
+    threads: int,
+    live: bool = False,
+) -> None:
+    """The command, its options as `lookahead complete` takes them."""
+    # Everything about the input is checked before the model loads.
+    sampling = SamplingConfig(temperature=temperature, seed=seed)
+    draft_cfg = DraftConfig(enabled=not no_spec, exact=exact)
+    check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
+    split = split_at_cursor(read_source(file), line=line, col=col, marker=marker)
+    folder, named = context_folder(file, context, no_context)
+    if write and not (os.access(file, os.W_OK) and os.access(file.resolve().parent, os.W_OK)):
+        raise UserError(f"cannot write {file} (--write needs the file and its folder writable)")
+    err = Console(stderr=True)
+    prompts: list[CompletionPrompt] = []
+
+    def build_prompt(path: Path) -> None:  # with the vocabulary alone, before the weights load
+        vocab = LlamaVocab(path)
+        try:
+            room = (n_ctx or vocab.n_ctx_train) - max_tokens - 1
+            prompts.append(completion_prompt(vocab, split, fim=fim, room=room))
+        finally:
+            vocab.close()
+
+    lm, _ = open_model(
+        model, n_ctx=n_ctx, threads=threads, draft=draft_cfg, live=live, err=err, check=build_prompt
+    )
+    prompt = prompts[0]
+    corpus: CorpusIndex | None = None
+    if folder is not None and draft_cfg.enabled:
+        with err.status(f"indexing {folder} to draft from (cached until a file changes)"):
+            try:
+                corpus = context_corpus(lm, folder, file)
+            except CorpusError:
+                if named:
+                    raise
+                # the repository found on our own has nothing to read: draft without it
+    if prompt.cut:
+        err.print(f"[dim]{prompt.cut} prompt tokens left out to fit the context[/dim]", highlight=False)
+    events = stream_completion(
+        lm,
+        prompt,
+        split,
+        language=None if no_block_stop else language_of(file),
+        max_tokens=max_tokens,
+        stop=tuple(stop or ()),
+        sampling=sampling,
+        draft=draft_cfg,
+        context=corpus,
+    )
+    result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
+    if write:
+        write_completion(file, split, result.text)
+    if as_json:
+        sys.stdout.write(json.dumps(completion_json(split, prompt, result, write), ensure_ascii=False) + "\n")
+        return
+    print_result(result, False, err)
+    if write:
+        err.print(f"[dim]wrote the completion into {file} at {split.cursor.line}:{split.cursor.col}[/dim]")
