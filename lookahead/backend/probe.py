@@ -15,7 +15,8 @@ A child that dies by a signal, hangs past its timeout, or returns logits that ar
 finite or whose batched and one-token rows disagree beyond a tolerance rules its candidate
 out. The first candidate that passes is cached in `probe.json` (written atomically; an
 entry that does not parse, or whose key no longer matches the build, CPU or model file,
-is probed again, never trusted), and the parent loads that one. When none passes there
+is probed again, never trusted), and the parent loads that one. A verdict reached after a
+timeout is used but not cached: a timeout may be a busy machine, not a broken path. When none passes there
 is no verdict to cache: `BackendUnsupported` says which CPU path failed and what to do.
 
 The parent never imports llama_cpp here; the child (`python -m lookahead.backend.probe`)
@@ -226,7 +227,11 @@ def choose(
         trials.append(trial)
         if trial.ok:
             verdict = Verdict(cand.name, tuple(trials), key)
-            _write_cache(cache_file, key, verdict, {"model": path.name, "threads": threads})
+            # A timeout may only mean a busy machine (llama.cpp's spinning threads crawl when
+            # another process holds a core): use the fallback now, but probe again next time
+            # rather than give up the faster configuration for good.
+            if not any(t.detail.startswith("timed out") for t in trials):
+                _write_cache(cache_file, key, verdict, {"model": path.name, "threads": threads})
             return verdict
     raise BackendUnsupported(unsupported_message(trials, system_info))
 
