@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from lookahead.draft import Draft
@@ -9,13 +11,28 @@ from lookahead.tokens import TokenArray
 
 
 class FakeModel:
-    """Logits depend on the last two tokens through a fixed random table."""
+    """Logits depend on the last two tokens through a fixed random table.
 
-    def __init__(self, n_vocab: int = 4, seed: int = 0, sharp: float = 1.5, n_ctx: int = 4096) -> None:
+    `batch_variant(n, used)`, if given, says whether a verify of n > 1 tokens with `used`
+    cells in the cache moves its logits by one ulp, as llama.cpp's batched kernels do on
+    some models (they switch with the batch and the cache size).
+    """
+
+    def __init__(
+        self,
+        n_vocab: int = 4,
+        seed: int = 0,
+        sharp: float = 1.5,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        batch_variant: Callable[[int, int], bool] | None = None,
+    ) -> None:
         rng = np.random.default_rng(seed)
         self.table = (rng.standard_normal((n_vocab, n_vocab, n_vocab)) * sharp).astype(np.float32)
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.batch_variant = batch_variant
         self.max_branches = 8
         self.eog: set[int] = set()
         self.ctx: list[int] = []
@@ -54,11 +71,16 @@ class FakeModel:
         rows = [self.logits(base)]
         for i in range(len(draft)):
             rows.append(self.logits(base + [int(draft.tokens[j]) for j in draft.path_to(i)]))
+        if len(draft) and self.batch_variant is not None and self.batch_variant(len(draft) + 1, self.n_used):
+            rows = [np.nextafter(r, np.float32(np.inf)) for r in rows]
         return rows
 
     def commit(self, draft: Draft, accepted: list[int]) -> None:
         self.ctx.append(self._root)  # the root of the last verify
         self.ctx.extend(int(draft.tokens[i]) for i in accepted)
+
+    def truncate(self, n_past: int) -> None:
+        del self.ctx[n_past:]
 
     def is_eog(self, token: int) -> bool:
         return token in self.eog

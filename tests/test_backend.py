@@ -7,6 +7,7 @@ import pytest
 
 from lookahead.backend.llama import BackendConfig, LlamaBackend
 from lookahead.draft import Draft
+from lookahead.exactness import exact_batch_limit
 
 pytestmark = pytest.mark.model
 
@@ -90,7 +91,7 @@ def test_tree_rows_and_later_steps_equal_fresh_decoding(backend, reference) -> N
 
 
 def test_smollm2_is_batch_invariant(backend) -> None:
-    assert backend.exact_batch_limit(backend.tokenize(TEXT * 3), max_size=24) == 24
+    assert exact_batch_limit(backend, backend.tokenize(TEXT * 3), max_size=24) == 24
 
 
 def test_measure_cost_leaves_cache_empty(backend) -> None:

@@ -416,39 +416,6 @@ class LlamaBackend(LlamaVocab):
             self.parked += layout.parked_before(x, m)
         self.n_past = base + m + 1
 
-    def exact_batch_limit(self, tokens: Sequence[int], max_size: int = 64, context: int = 0) -> int:
-        """Largest n such that verifying batches of 1..n tokens gives logits bit-identical to
-        one-token decoding, for this model, build and CPU (self-test on `tokens`), with
-        `context` cells already in the cache (kernels also switch with the cache size).
-
-        Kernels switch with batch size, so sizes are tried upward and the first mismatch
-        ends the search. Leaves the cache empty.
-        """
-        toks = [int(t) for t in tokens]
-        if len(toks) < 2:
-            raise BackendError("the exactness self-test needs at least 2 tokens")
-        filler = (toks * (context // len(toks) + 1))[:context]
-        toks = toks[: max_size + 1]
-        max_size = min(max_size, len(toks) - 1, self.n_batch, self.n_ctx - context - 2)
-        self.reset()
-        self.prefill(np.asarray(filler + toks[:1], dtype=np.int32))
-        start = self.n_past
-        ref = []
-        for t in toks[1 : max_size + 1]:  # one token at a time: the reference rows
-            ref.append(self.verify(t, Draft.empty())[0].copy())
-            self.commit(Draft.empty(), [])
-        limit = 1
-        for n in range(2, max_size + 1):
-            self.truncate(start)
-            chain = Draft.chain(toks[2 : n + 1])
-            rows = self.verify(toks[1], chain)
-            same = all(np.array_equal(rows[i], ref[i]) for i in range(n))
-            if not same:
-                break
-            limit = n
-        self.reset()
-        return limit
-
     def truncate(self, n_past: int) -> None:
         """Drop every cell at position >= n_past, parked ones too (tests, self-tests)."""
         ll.llama_memory_seq_rm(self._mem, -1, n_past, -1)
