@@ -181,7 +181,8 @@ def generate(
     exact mode's bit-identical batch sizes depend on the cache size). `clock` times the
     steps (an offline replay passes a clock its verifier moves by a modeled cost).
 
-    With no drafter (or a policy that drafts nothing) this is plain decoding.
+    With no drafter (or a policy that drafts nothing) this is plain decoding. A request that
+    cannot be served raises GenerationError here, before the first event is asked for.
     """
     if not len(prompt):
         raise GenerationError("the prompt is empty")
@@ -189,6 +190,19 @@ def generate(
         raise GenerationError(
             f"the prompt has {len(prompt)} tokens, more than the context of {verifier.n_ctx} allows"
         )
+    return _run(verifier, prompt, config, drafter, policy, node_cap, clock)
+
+
+def _run(
+    verifier: Verifier,
+    prompt: Sequence[int],
+    config: GenerationConfig,
+    drafter: Drafter | None,
+    policy: Policy | None,
+    node_cap: Callable[[int], int] | None,
+    clock: Callable[[], float],
+) -> Iterator[Event]:
+    """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
     sampler = Sampler(config.sampling)
     stream = TextStream(config.stop)
@@ -254,7 +268,16 @@ def generate(
             text += stream.finish()
         stats.decode_s = clock() - t_start
         stats.n_tokens = len(out)
-        yield Step(emitted, text, len(draft), len(path), draft.max_depth, t2 - t1, t1 - t0, policy.alpha)
+        yield Step(
+            tokens=emitted,
+            text=text,
+            drafted=len(draft),
+            accepted=len(path),
+            depth=draft.max_depth,
+            verify_s=t2 - t1,
+            draft_s=t1 - t0,
+            alpha=policy.alpha,
+        )
         if done:
             break
     yield Done(Result(stream.text, out, stats, finish))
