@@ -39,3 +39,12 @@ def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # ty
             model.exact_limits()
     finally:
         model.close()
+
+
+
+def test_a_batch_too_small_for_a_draft_is_a_config_error() -> None:
+    from lookahead.backend.llama import BackendConfig
+    from lookahead.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="n_batch"):
+        BackendConfig(n_batch=1)

@@ -50,7 +50,7 @@ import numpy as np
 from lookahead.backend.base import Logits
 from lookahead.backend.tree_layout import TreeLayout
 from lookahead.draft import Draft
-from lookahead.errors import BackendError
+from lookahead.errors import BackendError, ConfigError
 from lookahead.tokens import TokenArray
 
 
@@ -65,6 +65,10 @@ class BackendConfig:
     # batch-invariant models (without it they do not). Its result depends on the ORDER of
     # the live cells, which is why commit() never leaves a hole before a live cell.
     flash_attn: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_batch < 2:
+            raise ConfigError(f"n_batch must be >= 2 (the root and one draft token), got {self.n_batch}")
 
 
 _LOG_KEEP = 20
@@ -286,7 +290,9 @@ class LlamaBackend(LlamaVocab):
         super().__init__(path, vocab_only=False, repack=config.repack)
         model = self._model
 
-        self.max_branches = max(1, config.max_branches)
+        # A draft has at most n_batch - 1 nodes, so no more leaves; and llama.cpp aborts the
+        # process (an assertion on its output buffer) when n_batch < n_seq_max.
+        self.max_branches = max(1, min(config.max_branches, config.n_batch - 1))
         threads = config.n_threads or default_threads()
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
