@@ -223,6 +223,7 @@ def _run(
     while True:
         t0 = clock()
         room = verifier.n_ctx - verifier.n_used - 2  # the root and the bonus must fit too
+        room = min(room, verifier.n_batch - 1)  # one decode holds the root and the draft
         if node_cap is not None:
             room = min(room, node_cap(verifier.n_used))
         want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work

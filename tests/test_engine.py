@@ -142,3 +142,21 @@ def test_parked_cells_count_against_the_context() -> None:
         assert spec.tokens == plain.tokens[: len(spec.tokens)]
         parked += model.parked
     assert parked > 0  # not vacuous
+
+
+# --- the batch limit --------------------------------------------------------------------
+
+
+def test_drafts_are_cut_to_fit_one_batch_with_the_root() -> None:
+    """A small n_batch (an API user's BackendConfig) must cut drafts, not fail mid-generation."""
+    model = FakeModel(n_vocab=16, seed=3, n_batch=4)
+    config = GenerationConfig(40)
+    _, plain = run(model, config)
+    for drafter, policy in [
+        (OracleDrafter(PROMPT + model.greedy(PROMPT, 40)), FixedPolicy(8)),
+        (TreeDrafter(16), FixedPolicy(3, budget=8, branches=2)),
+    ]:
+        model.verified.clear()
+        _, spec = run(model, config, drafter, policy)
+        assert spec.tokens == plain.tokens
+        assert max(model.verified) == 3  # the root and three nodes: every batch was full
