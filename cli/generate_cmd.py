@@ -34,6 +34,7 @@ def json_summary(result: Result) -> dict[str, Any]:
         "alpha": round(s.alpha, 6),
         "finish_reason": result.finish_reason,
         "k_trace": s.k_trace,
+        "context_full": result.context_full,
     }
 
 
@@ -108,3 +109,5 @@ def run_generate(
             f"{s.steps} steps, alpha {s.alpha:.2f}, prefill {s.prefill_s:.2f}s[/dim]",
             highlight=False,
         )
+        if result.context_full:
+            err.print(f"stopped: the context of {lm.backend.n_ctx} tokens is full; raise --n-ctx", highlight=False)

@@ -103,6 +103,8 @@ class Result:
     tokens: list[int]
     stats: Stats
     finish_reason: str  # "stop" (end token or stop string) or "length"
+    # "length" because the context was full, not because max_tokens were written
+    context_full: bool = False
 
 
 @dataclass(frozen=True)
@@ -281,4 +283,5 @@ def _run(
         )
         if done:
             break
-    yield Done(Result(stream.text, out, stats, finish))
+    context_full = finish == "length" and len(out) < config.max_tokens
+    yield Done(Result(text=stream.text, tokens=out, stats=stats, finish_reason=finish, context_full=context_full))

@@ -126,6 +126,7 @@ def test_generation_at_the_context_limit_never_overflows_and_ends_cleanly() -> N
         # the cache holds the prompt and every token but the last, and keeps one cell spare
         assert spec.tokens == plain.tokens == out[: n_ctx - len(prompt)], n_ctx
         assert spec.finish_reason == plain.finish_reason == "length"
+        assert spec.context_full and plain.context_full
 
 
 def test_parked_cells_count_against_the_context() -> None:
@@ -138,10 +139,24 @@ def test_parked_cells_count_against_the_context() -> None:
         _, plain = run(model, config)
         _, spec = run(model, config, TreeDrafter(4), FixedPolicy(3, budget=8, branches=2))
         assert model.n_used <= n_ctx
-        assert spec.finish_reason == "length"
+        assert spec.finish_reason == "length" and spec.context_full
         assert spec.tokens == plain.tokens[: len(spec.tokens)]
         parked += model.parked
     assert parked > 0  # not vacuous
+
+
+def test_a_run_cut_by_the_context_says_so_and_one_cut_by_max_tokens_does_not() -> None:
+    """Both finish with "length" (as OpenAI's API does); `context_full` tells them apart."""
+    prompt = [1, 2, 3]
+    model = FakeModel(n_ctx=20)  # room for 17 tokens
+    _, cut = run(model, GenerationConfig(100), prompt=prompt)
+    assert (cut.finish_reason, cut.context_full, len(cut.tokens)) == ("length", True, 17)
+    for max_tokens in (10, 17):  # 17: both limits at once, and max_tokens was reached
+        _, done = run(model, GenerationConfig(max_tokens), prompt=prompt)
+        assert (done.finish_reason, done.context_full, len(done.tokens)) == ("length", False, max_tokens)
+    model, out, k = end_token_model()
+    _, stopped = run(model, GenerationConfig(40))
+    assert (stopped.finish_reason, stopped.context_full) == ("stop", False)
 
 
 # --- the batch limit --------------------------------------------------------------------
