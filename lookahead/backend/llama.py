@@ -59,7 +59,7 @@ class BackendConfig:
     n_ctx: int = 8192  # context length in tokens (prompt + output + one draft)
     n_batch: int = 512  # most tokens per llama_decode (prefill chunks, largest draft + 1)
     n_threads: int = 0  # 0 = every CPU this process may run on
-    max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree
+    max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree (at most n_batch - 1)
     repack: bool = True  # llama.cpp's repacked CPU weights (its default; faster)
     # Flash attention on: with it, batched logits match one-token decoding bit for bit on
     # batch-invariant models (without it they do not). Its result depends on the ORDER of
