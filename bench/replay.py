@@ -46,7 +46,7 @@ class TruthVerifier:
     def __init__(self, truth: list[int], n_vocab: int, cost: Any, token_bytes: Any) -> None:
         self.truth, self.n_vocab, self.cost = truth, n_vocab, cost
         self.token_bytes = token_bytes
-        self.n_ctx, self.max_branches = 1 << 20, 16
+        self.n_ctx, self.n_batch, self.max_branches = 1 << 20, 1 << 20, 16
         self.n_past = 0
         self.done = 0  # output tokens committed (the root of the next step is truth[done - 1])
         self.now = 0.0
@@ -68,6 +68,10 @@ class TruthVerifier:
     def commit(self, draft: Draft, accepted: list[int]) -> None:
         self.n_past += 1 + len(accepted)
         self.done += 1 + len(accepted)
+
+    def truncate(self, n_past: int) -> None:
+        self.done = max(0, self.done - (self.n_past - n_past))
+        self.n_past = n_past
 
     def is_eog(self, token: int) -> bool:
         return False

@@ -136,6 +136,6 @@ def run_complete(
     if as_json:
         sys.stdout.write(json.dumps(completion_json(split, prompt, result, write), ensure_ascii=False) + "\n")
         return
-    print_result(result, False, err)
+    print_result(result, False, err, n_ctx=lm.backend.n_ctx)
     if write:
         err.print(f"[dim]wrote the completion into {file} at {split.cursor.line}:{split.cursor.col}[/dim]")

@@ -37,6 +37,7 @@ def json_summary(result: Result) -> dict[str, Any]:
         "alpha": round(s.alpha, 6),
         "finish_reason": result.finish_reason,
         "k_trace": s.k_trace,
+        "context_full": result.context_full,
     }
 
 
@@ -68,7 +69,7 @@ def run_generate(
     )  # fmt: skip
     events = lm.stream(text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg)
     result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
-    print_result(result, as_json, err)
+    print_result(result, as_json, err, n_ctx=lm.backend.n_ctx)
 
 
 def check_options(*, max_tokens: int | None, n_ctx: int, threads: int, draft: DraftConfig) -> None:
@@ -134,10 +135,12 @@ def live_info(lm: Model, draft: DraftConfig, live: bool, as_json: bool) -> LiveI
     return LiveInfo(budget=draft.budget if draft.enabled else 0, plain_tokens_per_s=plain)
 
 
-def print_result(result: Result, as_json: bool, err: Console, **extra: Any) -> None:
+def print_result(result: Result, as_json: bool, err: Console, n_ctx: int = 0, **extra: Any) -> None:
     """The --json object (with `extra` keys) on stdout, or the summary line on stderr."""
     if as_json:
         sys.stdout.write(json.dumps({**json_summary(result), **extra}, ensure_ascii=False) + "\n")
         return
     s = result.stats
     err.print(f"[dim]{summary_line(s.n_tokens, s.decode_s, s.steps, s.alpha, s.prefill_s)}[/dim]", highlight=False)
+    if result.context_full:
+        err.print(f"stopped: the context of {n_ctx} tokens is full; raise --n-ctx", highlight=False)

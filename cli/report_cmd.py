@@ -51,4 +51,4 @@ def run_report(
     result = show(events, echo=not as_json and output is None, live=live_info(lm, draft_cfg, live, as_json), err=err)
     if output is not None:
         save(output, result.text if result.text.endswith("\n") else result.text + "\n")
-    print_result(result, as_json, err, **({"output": str(output)} if output is not None else {}))
+    print_result(result, as_json, err, lm.backend.n_ctx, **({"output": str(output)} if output is not None else {}))

@@ -19,6 +19,7 @@ from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, bui
 from lookahead.control import CostModel
 from lookahead.draft_state import DraftConfig, DraftState
 from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
+from lookahead.exactness import exact_batch_limit
 from lookahead.index.base import DraftSource
 from lookahead.sampling import SamplingConfig
 
@@ -80,8 +81,8 @@ class Model:
                     f"this one has {self.backend.n_ctx}: raise n_ctx (--n-ctx)"
                 )
             toks = self.backend.tokenize(_SELFTEST_TEXT)
-            short = self.backend.exact_batch_limit(toks, max_size=32)
-            long = self.backend.exact_batch_limit(toks, max_size=8, context=EXACT_SPLIT + 16)
+            short = exact_batch_limit(self.backend, toks, max_size=32)
+            long = exact_batch_limit(self.backend, toks, max_size=8, context=EXACT_SPLIT + 16)
             self._exact_limits = (short, long)
         return self._exact_limits
 

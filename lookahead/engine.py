@@ -104,6 +104,8 @@ class Result:
     tokens: list[int]
     stats: Stats
     finish_reason: str  # "stop" (end token or stop string) or "length"
+    # "length" because the context was full, not because max_tokens were written
+    context_full: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ def generate(
     exact mode's bit-identical batch sizes depend on the cache size). `clock` times the
     steps (an offline replay passes a clock its verifier moves by a modeled cost).
 
-    With no drafter (or a policy that drafts nothing) this is plain decoding.
+    With no drafter (or a policy that drafts nothing) this is plain decoding. A request that
+    cannot be served raises GenerationError here, before the first event is asked for.
     """
     if not len(prompt):
         raise GenerationError("the prompt is empty")
@@ -164,6 +167,19 @@ def generate(
         raise GenerationError(
             f"the prompt has {len(prompt)} tokens, more than the context of {verifier.n_ctx} allows"
         )
+    return _run(verifier, prompt, config, drafter, policy, node_cap, clock)
+
+
+def _run(
+    verifier: Verifier,
+    prompt: Sequence[int],
+    config: GenerationConfig,
+    drafter: Drafter | None,
+    policy: Policy | None,
+    node_cap: Callable[[int], int] | None,
+    clock: Callable[[], float],
+) -> Iterator[Event]:
+    """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
     sampler = Sampler(config.sampling)
     stream = TextStream(config.stop)
@@ -184,6 +200,7 @@ def generate(
     while True:
         t0 = clock()
         room = verifier.n_ctx - verifier.n_used - 2  # the root and the bonus must fit too
+        room = min(room, verifier.n_batch - 1)  # one decode holds the root and the draft
         if node_cap is not None:
             room = min(room, node_cap(verifier.n_used))
         want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work
@@ -229,7 +246,17 @@ def generate(
             text += stream.finish()
         stats.decode_s = clock() - t_start
         stats.n_tokens = len(out)
-        yield Step(emitted, text, len(draft), len(path), draft.max_depth, t2 - t1, t1 - t0, policy.alpha)
+        yield Step(
+            tokens=emitted,
+            text=text,
+            drafted=len(draft),
+            accepted=len(path),
+            depth=draft.max_depth,
+            verify_s=t2 - t1,
+            draft_s=t1 - t0,
+            alpha=policy.alpha,
+        )
         if done:
             break
-    yield Done(Result(stream.text, out, stats, finish))
+    context_full = finish == "length" and len(out) < config.max_tokens
+    yield Done(Result(text=stream.text, tokens=out, stats=stats, finish_reason=finish, context_full=context_full))

@@ -2,24 +2,58 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+
 import numpy as np
 
+from lookahead.backend.tree_layout import TreeLayout
 from lookahead.draft import Draft
+from lookahead.errors import BackendError
 from lookahead.tokens import TokenArray
 
 
 class FakeModel:
-    """Logits depend on the last two tokens through a fixed random table."""
+    """Logits depend on the last two tokens through a fixed random table.
 
-    def __init__(self, n_vocab: int = 4, seed: int = 0, sharp: float = 1.5, n_ctx: int = 4096) -> None:
+    It refuses what llama.cpp (and LlamaBackend) refuse, so a test on it catches an engine
+    that asks too much: a verify of more than `n_batch` tokens or more leaves than
+    `max_branches`, a prefill or verify past `n_ctx` cells. Cells are counted like
+    LlamaBackend's: rejected draft cells that lie before the accepted path stay parked
+    (`n_used`) until the next reset. Tokens in `eog` end a generation.
+
+    `batch_variant(n, used)`, if given, says whether a verify of n > 1 tokens with `used`
+    cells in the cache moves its logits by one ulp, as llama.cpp's batched kernels do on
+    some models (they switch with the batch and the cache size).
+    """
+
+    def __init__(
+        self,
+        n_vocab: int = 4,
+        seed: int = 0,
+        sharp: float = 1.5,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        eog: Iterable[int] = (),
+        batch_variant: Callable[[int, int], bool] | None = None,
+    ) -> None:
         rng = np.random.default_rng(seed)
         self.table = (rng.standard_normal((n_vocab, n_vocab, n_vocab)) * sharp).astype(np.float32)
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.batch_variant = batch_variant
         self.max_branches = 8
-        self.eog: set[int] = set()
+        self.eog = set(eog)
         self.ctx: list[int] = []
+        self.parked = 0
         self.verified: list[int] = []  # nodes per verify call (for tests)
+
+    def greedy(self, tokens: Sequence[int], n: int) -> list[int]:
+        """The next `n` tokens of plain greedy decoding after `tokens`, end tokens or not."""
+        out = [int(t) for t in tokens]
+        for _ in range(n):
+            out.append(int(np.argmax(self.logits(out))))
+        return out[len(tokens) :]
 
     # -- the model --------------------------------------------------------------------
     def logits(self, tokens: list[int]) -> np.ndarray:
@@ -39,26 +73,43 @@ class FakeModel:
 
     @property
     def n_used(self) -> int:
-        return len(self.ctx)
+        return len(self.ctx) + self.parked
 
     def reset(self) -> None:
         self.ctx = []
+        self.parked = 0
 
     def prefill(self, tokens: TokenArray) -> None:
+        if self.n_past + len(tokens) + 1 > self.n_ctx:
+            raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
         self.ctx.extend(int(t) for t in tokens)
 
     def verify(self, root: int, draft: Draft) -> list[np.ndarray]:
+        n = len(draft) + 1
+        if n > self.n_batch:
+            raise BackendError(f"a draft of {n - 1} nodes exceeds n_batch {self.n_batch}")
+        if self.n_used + n > self.n_ctx:
+            raise BackendError("the draft does not fit in the context")
+        self._layout = TreeLayout(draft, self.max_branches)  # refuses too many leaves
         self.verified.append(len(draft))
         self._root = root
         base = [*self.ctx, root]
         rows = [self.logits(base)]
         for i in range(len(draft)):
             rows.append(self.logits(base + [int(draft.tokens[j]) for j in draft.path_to(i)]))
+        if len(draft) and self.batch_variant is not None and self.batch_variant(n, self.n_used):
+            rows = [np.nextafter(r, np.float32(np.inf)) for r in rows]
         return rows
 
     def commit(self, draft: Draft, accepted: list[int]) -> None:
         self.ctx.append(self._root)  # the root of the last verify
         self.ctx.extend(int(draft.tokens[i]) for i in accepted)
+        if accepted:
+            self.parked += self._layout.parked_before(accepted[-1], len(accepted))
+
+    def truncate(self, n_past: int) -> None:
+        del self.ctx[n_past:]
+        self.parked = 0
 
     def is_eog(self, token: int) -> bool:
         return token in self.eog
@@ -97,3 +148,21 @@ class TreeDrafter:
         n = len(toks)
         q = np.full(n, 0.5, np.float32)
         return Draft(np.array(toks, np.int32), np.array(parents, np.int32), np.zeros(n, np.int8), q, q)
+
+
+class OracleDrafter:
+    """Drafts the known output: a chain of the next tokens of `future` (the prompt and what
+    follows it), as long as the stream so far is its prefix; nothing once it is not."""
+
+    def __init__(self, future: Sequence[int]) -> None:
+        self.future = [int(t) for t in future]
+        self.stream: list[int] = []
+
+    def observe(self, tokens: Sequence[int]) -> None:
+        self.stream.extend(int(t) for t in tokens)
+
+    def propose(self, budget: int, max_depth: int, branches: int) -> Draft:
+        n = len(self.stream)
+        if self.future[:n] != self.stream:
+            return Draft.empty()
+        return Draft.chain(self.future[n : n + min(budget, max_depth)])

@@ -39,3 +39,31 @@ def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # ty
             model.exact_limits()
     finally:
         model.close()
+
+
+@pytest.mark.model
+def test_a_small_n_batch_cuts_drafts_instead_of_failing(smol_path) -> None:  # type: ignore[no-untyped-def]
+    """An API user's BackendConfig(n_batch=8): every verify holds the root and at most 7
+    draft nodes, and the output is still plain greedy decoding's."""
+    from lookahead.drafting import DraftConfig
+
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+
+    model = load(smol_path, backend=BackendConfig(n_ctx=512, n_batch=8, n_threads=1), probe_backend=False)
+    try:
+        prompt = "for i in range(10):\n    print(i)\nfor j in range(10):\n"
+        plain = model.generate(prompt, max_tokens=48, draft=DraftConfig(enabled=False))
+        spec = model.generate(prompt, max_tokens=48, draft=DraftConfig(adaptive=False, k=16, budget=32, branches=2))
+        assert spec.tokens == plain.tokens
+        assert max(spec.stats.k_trace) == 7
+    finally:
+        model.close()
+
+
+def test_a_batch_too_small_for_a_draft_is_a_config_error() -> None:
+    from lookahead.backend.llama import BackendConfig
+    from lookahead.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="n_batch"):
+        BackendConfig(n_batch=1)

@@ -7,6 +7,7 @@ import pytest
 
 from lookahead.backend.llama import BackendConfig, LlamaBackend
 from lookahead.draft import Draft
+from lookahead.exactness import exact_batch_limit
 
 pytestmark = pytest.mark.model
 
@@ -90,7 +91,7 @@ def test_tree_rows_and_later_steps_equal_fresh_decoding(backend, reference) -> N
 
 
 def test_smollm2_is_batch_invariant(backend) -> None:
-    assert backend.exact_batch_limit(backend.tokenize(TEXT * 3), max_size=24) == 24
+    assert exact_batch_limit(backend, backend.tokenize(TEXT * 3), max_size=24) == 24
 
 
 def test_measure_cost_leaves_cache_empty(backend) -> None:
@@ -105,3 +106,21 @@ def test_chat_template_and_detokenization(backend) -> None:
     text = b"".join(backend.token_bytes(t) for t in toks).decode("utf-8")
     assert "héllo ✓" in text
     assert backend.tokenize("héllo ✓", add_special=False)
+
+
+def test_a_small_n_batch_caps_the_branches_instead_of_aborting(smol_path) -> None:
+    """llama.cpp aborts the whole process when n_batch < n_seq_max (branches + the parking
+    id); a draft that fits n_batch with its root has at most n_batch - 1 leaves anyway."""
+    b = LlamaBackend(smol_path, BackendConfig(n_ctx=256, n_batch=8, n_threads=1))
+    try:
+        assert b.max_branches == 7
+        hist = b.tokenize(TEXT)
+        b.prefill(np.asarray(hist[:-1], dtype=np.int32))
+        n = 7  # the root and seven leaves: a full batch
+        ones = np.ones(n, np.float32)
+        fan = Draft(np.arange(100, 100 + n, dtype=np.int32), np.full(n, -1, np.int32), np.zeros(n, np.int8), ones, ones)
+        b.verify(hist[-1], fan)
+        b.commit(fan, [3])
+        assert b.n_past == len(hist) + 1 and b.parked == 3
+    finally:
+        b.close()

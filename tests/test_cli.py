@@ -20,7 +20,9 @@ from typer.testing import CliRunner
 
 import cli.generate_cmd
 import lookahead.api
+from cli.generate_cmd import json_summary
 from cli.main import app
+from lookahead.engine import Result, Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -312,6 +314,26 @@ def test_json_output(smol_path: Path) -> None:
     # Greedy decoding: drafts are verified exactly, so the text is the same.
     assert spec["text"] == plain["text"]
     assert spec["n_tokens"] == plain["n_tokens"]
+
+
+@pytest.mark.model
+def test_a_run_cut_by_the_context_says_so(smol_path: Path) -> None:
+    """finish_reason stays "length" (OpenAI's word for both limits); the note and the JSON
+    key say it was the context."""
+    args = ["generate", "1, 2, 3, 4, 5,", *on(smol_path), "--n-ctx", "256", "-n", "400", "--no-spec"]
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert "stopped: the context of 256 tokens is full; raise --n-ctx" in result.stderr
+    result = invoke([*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["finish_reason"] == "length" and data["context_full"] is True
+
+
+def test_json_says_whether_the_context_was_full() -> None:
+    for full in (False, True):
+        result = Result(text="x", tokens=[1], stats=Stats(n_tokens=1), finish_reason="length", context_full=full)
+        assert json_summary(result)["context_full"] is full
 
 
 @pytest.mark.model

@@ -10,7 +10,7 @@ import pytest
 from lookahead.control import FixedPolicy
 from lookahead.engine import Done, GenerationConfig, generate
 from lookahead.sampling import SamplingConfig
-from tests.fake_backend import FakeModel, TreeDrafter
+from tests.fake_backend import FakeModel, OracleDrafter, TreeDrafter
 
 PROMPT = [1, 2]
 LENGTH = 3
@@ -54,6 +54,39 @@ def test_same_seed_same_tokens_with_and_without_drafts() -> None:
 def test_greedy_equal_with_and_without_drafts() -> None:
     model = FakeModel(seed=3)
     assert run(model, None, True, temperature=0.0) == run(model, None, False, temperature=0.0)
+
+
+def test_greedy_with_many_drafts_accepted_per_step_equals_plain() -> None:
+    """Drafts of the plain output itself: about eight tokens accepted per step, so a bonus
+    token taken from the wrong row of logits would show in the output."""
+    model = FakeModel(n_vocab=16, seed=3)
+    cfg = GenerationConfig(60, sampling=SamplingConfig(temperature=0.0))
+    *_, plain = generate(model, PROMPT, cfg)
+    *_, spec = generate(model, PROMPT, cfg, OracleDrafter(PROMPT + model.greedy(PROMPT, 60)), FixedPolicy(8))
+    assert isinstance(plain, Done) and isinstance(spec, Done)
+    assert spec.result.tokens == plain.result.tokens
+    assert spec.result.stats.accepted >= 0.8 * spec.result.stats.n_tokens  # not vacuous
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3], ids=lambda s: "greedy" if s is None else f"seed{s}")
+def test_repeat_penalty_gives_the_same_tokens_with_and_without_drafts(seed: int | None) -> None:
+    """The penalty reads every token before the one picked, drafted ones included."""
+    model = FakeModel(n_vocab=8, seed=5)
+    sampling = SamplingConfig(
+        temperature=0.0 if seed is None else 1.0, top_k=0, seed=seed, repeat_penalty=2.0, repeat_last_n=4
+    )
+    cfg = GenerationConfig(48, sampling=sampling)
+    *_, plain = generate(model, PROMPT, cfg)
+    assert isinstance(plain, Done)
+    drafters = [
+        (TreeDrafter(8), FixedPolicy(3, budget=8, branches=2)),
+        (OracleDrafter(PROMPT + plain.result.tokens), FixedPolicy(8)),
+    ]
+    for drafter, policy in drafters:
+        *_, spec = generate(model, PROMPT, cfg, drafter, policy)
+        assert isinstance(spec, Done)
+        assert spec.result.tokens == plain.result.tokens, type(drafter).__name__
+        assert spec.result.stats.accepted > 0  # not vacuous
 
 
 def test_drafts_are_verified_and_accepted() -> None:

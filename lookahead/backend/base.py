@@ -37,6 +37,7 @@ class Verifier(Protocol):
 
     n_vocab: int
     n_ctx: int
+    n_batch: int  # most tokens one verify may decode: the root + the draft
     max_branches: int  # most leaves a draft may have (one sequence id each)
     n_past: int  # tokens committed to the KV cache
 
@@ -59,6 +60,10 @@ class Verifier(Protocol):
 
     def commit(self, draft: Draft, accepted: list[int]) -> None:
         """Keep root + the accepted node path (`accepted`, root-to-leaf order) in the cache."""
+        ...
+
+    def truncate(self, n_past: int) -> None:
+        """Keep only the first `n_past` committed tokens (self-tests verify again from there)."""
         ...
 
     def is_eog(self, token: int) -> bool:

@@ -10,7 +10,8 @@ n_past + depth; every branch, root to leaf, is one sequence id):
      entries:    root{0..S-1}  a{0}  b{0}  c{0}  a'{1}  d{1}
 
 Entries go in depth-first preorder (children best-first) and leaves are numbered left to
-right, so the leaves below any node are a range of seq ids.
+right, so the leaves below any node are a range of seq ids (`tree_layout.TreeLayout`, pure
+numpy, computes this layout; its tests check these properties on random trees).
 
 llama.cpp builds the attention mask from the FIRST seq id of each entry and the cells that
 carry it, so every sequence 0..S-1 must see the whole committed prefix. Invariant between
@@ -47,8 +48,9 @@ import llama_cpp as ll
 import numpy as np
 
 from lookahead.backend.base import Logits
+from lookahead.backend.tree_layout import TreeLayout
 from lookahead.draft import Draft
-from lookahead.errors import BackendError
+from lookahead.errors import BackendError, ConfigError
 from lookahead.tokens import TokenArray
 
 
@@ -57,12 +59,16 @@ class BackendConfig:
     n_ctx: int = 8192  # context length in tokens (prompt + output + one draft)
     n_batch: int = 512  # most tokens per llama_decode (prefill chunks, largest draft + 1)
     n_threads: int = 0  # 0 = every CPU this process may run on
-    max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree
+    max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree (at most n_batch - 1)
     repack: bool = True  # llama.cpp's repacked CPU weights (its default; faster)
     # Flash attention on: with it, batched logits match one-token decoding bit for bit on
     # batch-invariant models (without it they do not). Its result depends on the ORDER of
     # the live cells, which is why commit() never leaves a hole before a live cell.
     flash_attn: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_batch < 2:
+            raise ConfigError(f"n_batch must be >= 2 (the root and one draft token), got {self.n_batch}")
 
 
 _LOG_KEEP = 20
@@ -138,6 +144,15 @@ class _Batch:
         st.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.struct = st
 
+    def fill_tree(self, layout: TreeLayout, n_past: int) -> None:
+        """Entries 1.. from `layout` (entry 0, the root, is the caller's)."""
+        for e, node in enumerate(layout.order, start=1):
+            lo, hi = layout.leaf_range[node]
+            self.token[e] = layout.tokens[node]
+            self.pos[e] = n_past + layout.depth[node]
+            self.n_seq_id[e] = hi - lo + 1
+            self.seq[e, : hi - lo + 1] = np.arange(lo, hi + 1, dtype=np.int32)
+
 
 class _Rows:
     """Zero-copy views of the logits rows of the last decode."""
@@ -156,65 +171,6 @@ class _Rows:
         if not ptr:
             raise BackendError(f"llama.cpp returned no logits for row {row}")
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-
-
-class _TreeLayout:
-    """Where each draft node goes in the batch, and which sequence ids it carries.
-
-    Batch entries follow a depth-first preorder (children best-first), leaves numbered
-    left to right get seq ids 0..L-1, so the leaves below any node form a range [lo, hi].
-    Cells are taken in batch order, so preorder is also cache order: for an accepted
-    node x, every rejected cell before x belongs to a leaf left of x (seq < lo), and every
-    cell after x to a leaf at or right of lo. That is what lets commit() free only cells
-    that come after the kept ones.
-    """
-
-    def __init__(self, draft: Draft, max_leaves: int) -> None:
-        n = len(draft)
-        kids: list[list[int]] = [[] for _ in range(n + 1)]
-        for i in range(n):
-            kids[int(draft.parents[i]) + 1].append(i)
-        pre = np.zeros(n, dtype=np.int32)  # node -> preorder index
-        order: list[int] = []
-        stack = list(reversed(kids[0]))
-        while stack:
-            node = stack.pop()
-            pre[node] = len(order)
-            order.append(node)
-            stack.extend(reversed(kids[node + 1]))
-        lo = np.zeros(n, dtype=np.int32)
-        hi = np.zeros(n, dtype=np.int32)
-        leaf = 0
-        for node in order:
-            if not kids[node + 1]:
-                lo[node] = hi[node] = leaf
-                leaf += 1
-        for node in reversed(order):  # children before parents
-            if kids[node + 1]:
-                lo[node] = lo[kids[node + 1][0]]
-                hi[node] = hi[kids[node + 1][-1]]
-        if leaf > max_leaves:
-            raise BackendError(f"a draft with {leaf} leaves exceeds max_branches {max_leaves}")
-        self.n_leaves = leaf
-        self.order = order
-        self.pre = pre
-        self.leaf_range = {i: (int(lo[i]), int(hi[i])) for i in range(n)}
-        self.depth = draft.depth
-        self.tokens = draft.tokens
-        # row r (0 = root, i + 1 = node i) -> batch entry
-        self.rows = np.concatenate([[0], pre + 1]).astype(np.int32)
-
-    def fill(self, b: _Batch, n_past: int) -> None:
-        for e, node in enumerate(self.order, start=1):
-            lo, hi = self.leaf_range[node]
-            b.token[e] = self.tokens[node]
-            b.pos[e] = n_past + self.depth[node]
-            b.n_seq_id[e] = hi - lo + 1
-            b.seq[e, : hi - lo + 1] = np.arange(lo, hi + 1, dtype=np.int32)
-
-    def parked_before(self, x: int, m: int) -> int:
-        """Rejected cells before x in cache order (x is the m-th node of the kept path)."""
-        return int(self.pre[x]) - (m - 1)
 
 
 class LlamaVocab:
@@ -349,7 +305,9 @@ class LlamaBackend(LlamaVocab):
         super().__init__(path, vocab_only=False, repack=config.repack)
         model = self._model
 
-        self.max_branches = max(1, config.max_branches)
+        # A draft has at most n_batch - 1 nodes, so no more leaves; and llama.cpp aborts the
+        # process (an assertion on its output buffer) when n_batch < n_seq_max.
+        self.max_branches = max(1, min(config.max_branches, config.n_batch - 1))
         threads = config.n_threads or default_threads()
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
@@ -375,7 +333,7 @@ class LlamaBackend(LlamaVocab):
         self.n_batch = config.n_batch
         self.n_threads = threads
         self._park = self.max_branches
-        self._layout: _TreeLayout | None = None
+        self._layout: TreeLayout | None = None
         self.parked = 0
         self._batch = _Batch(self.n_batch, self.max_branches)
         self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
@@ -437,8 +395,8 @@ class LlamaBackend(LlamaVocab):
         b.n_seq_id[0] = self.max_branches
         b.seq[0, : self.max_branches] = self._all_seqs
         if n > 1:
-            self._layout = _TreeLayout(draft, self.max_branches)
-            self._layout.fill(b, self.n_past)
+            self._layout = TreeLayout(draft, self.max_branches)
+            b.fill_tree(self._layout, self.n_past)
             rows = self._layout.rows
         else:
             self._layout = None
@@ -478,39 +436,6 @@ class LlamaBackend(LlamaVocab):
                     ll.llama_memory_seq_cp(mem, keep, s, base + 1, base + m + 1)
             self.parked += layout.parked_before(x, m)
         self.n_past = base + m + 1
-
-    def exact_batch_limit(self, tokens: Sequence[int], max_size: int = 64, context: int = 0) -> int:
-        """Largest n such that verifying batches of 1..n tokens gives logits bit-identical to
-        one-token decoding, for this model, build and CPU (self-test on `tokens`), with
-        `context` cells already in the cache (kernels also switch with the cache size).
-
-        Kernels switch with batch size, so sizes are tried upward and the first mismatch
-        ends the search. Leaves the cache empty.
-        """
-        toks = [int(t) for t in tokens]
-        if len(toks) < 2:
-            raise BackendError("the exactness self-test needs at least 2 tokens")
-        filler = (toks * (context // len(toks) + 1))[:context]
-        toks = toks[: max_size + 1]
-        max_size = min(max_size, len(toks) - 1, self.n_batch, self.n_ctx - context - 2)
-        self.reset()
-        self.prefill(np.asarray(filler + toks[:1], dtype=np.int32))
-        start = self.n_past
-        ref = []
-        for t in toks[1 : max_size + 1]:  # one token at a time: the reference rows
-            ref.append(self.verify(t, Draft.empty())[0].copy())
-            self.commit(Draft.empty(), [])
-        limit = 1
-        for n in range(2, max_size + 1):
-            self.truncate(start)
-            chain = Draft.chain(toks[2 : n + 1])
-            rows = self.verify(toks[1], chain)
-            same = all(np.array_equal(rows[i], ref[i]) for i in range(n))
-            if not same:
-                break
-            limit = n
-        self.reset()
-        return limit
 
     def truncate(self, n_past: int) -> None:
         """Drop every cell at position >= n_past, parked ones too (tests, self-tests)."""
