@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import lookahead
+from bench.oracle import best_prefix
 from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
 from lookahead.backend.llama import BackendConfig
 from lookahead.control import Controller, CostModel
@@ -105,21 +106,7 @@ def oracle_choice(controller: Controller, v: TruthVerifier, cost: Any) -> Any:
 
     def choose(draft: Draft) -> int:
         inner(draft)
-        limit = controller.limit(draft)
-        ok = np.zeros(limit, dtype=bool)  # node i is on the output's path
-        best, best_rate = 0, 1.0 / cost(1)
-        deepest = 0  # accepted tokens if the first i + 1 nodes are verified
-        for i in range(limit):
-            parent = int(draft.parents[i])
-            ok[i] = (parent < 0 or ok[parent]) and int(draft.tokens[i]) == v.next_token(
-                int(draft.depth[i]) - 1
-            )
-            if ok[i]:
-                deepest = max(deepest, int(draft.depth[i]))
-            rate = (deepest + 1) / cost(i + 2)
-            if rate > best_rate:
-                best, best_rate = i + 1, rate
-        return best
+        return best_prefix(draft, controller.limit(draft), v.next_token, cost)
 
     return choose
 
