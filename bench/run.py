@@ -309,9 +309,10 @@ def run(
                 truths.setdefault(r["task"], r["tokens"])
         pending = [p for p in plan(tasks, cfg.methods, cfg.repeats) if (p.task.id, p.method, p.repeat) not in done]
         runners = build_runners(model, cfg.methods, threads, truths, cfg.llama_server)
-        total = len(cfg.methods) + len(pending)
+        warm = cfg.methods if pending else []  # nothing left to measure: no warm-up either
+        total = len(warm) + len(pending)
         step = 0
-        for name in cfg.methods:  # plain first: its output is the oracle's truth for the warm-up
+        for name in warm:  # plain first: its output is the oracle's truth for the warm-up
             progress(f"warm-up {name}", step, total)
             _measure(runners[name], name, BURN_IN, 8, truths)
             step += 1
