@@ -283,25 +283,11 @@ def bench(
 
     Example: lookahead bench --quick
     """
+    options = dict(locals())  # the options as given: the bench's configuration, by the same names
     from cli.bench_cmd import run_bench
 
     with handled():
-        run_bench(
-            dict(
-                model=model,
-                kinds=_csv(kinds),
-                methods=_csv(methods),
-                repeats=repeats,
-                max_tokens=max_tokens,
-                quick=quick,
-                out=out,
-                resume=resume,
-                per_kind=per_kind,
-                prompt_set=prompt_set,
-                threads=threads,
-                llama_server=llama_server,
-            )
-        )
+        run_bench({**options, "kinds": _csv(kinds), "methods": _csv(methods)})
 
 
 def main() -> None:  # pragma: no cover - console script entry

@@ -14,6 +14,7 @@ import lookahead.api
 from bench import report
 from bench.run import read_runs
 from cli.main import app
+from tests.test_cli import assert_cli_error
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -35,16 +36,12 @@ def trap(*args: object, **kwargs: object) -> None:
 )
 def test_bad_options_fail_before_loading(args: list[str], needle: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lookahead.api, "load", trap)
-    result = runner.invoke(app, ["bench", *args])
-    assert result.exit_code == 1, result.output
-    assert result.stderr.strip().startswith("error: ") and needle in result.stderr
+    assert_cli_error(runner.invoke(app, ["bench", *args]), needle)
 
 
 def test_without_a_checkout_it_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli.bench_cmd, "checkout_root", lambda: None)
-    result = runner.invoke(app, ["bench", "--quick"])
-    assert result.exit_code == 1
-    assert "source checkout" in result.stderr and "pip install -e '.[bench]'" in result.stderr
+    assert_cli_error(runner.invoke(app, ["bench", "--quick"]), "source checkout", "pip install -e '.[bench]'")
 
 
 def test_the_command_line_is_recorded_without_defaults() -> None:
