@@ -55,9 +55,7 @@ DEFAULT_METHODS = (
     "plain", "adaptive", "exact", *(f"fixed{k}" for k in FIXED_KS), "tree", "pld2", "pld10", *ORACLE_METHODS,
 )  # fmt: skip
 # --quick: enough of each family for every chart, in a few minutes
-QUICK_METHODS = (
-    "plain", "adaptive", "fixed2", "fixed8", "fixed32", "pld10", "oracle", "oracle2", "oracle8", "oracle32",
-)  # fmt: skip
+QUICK_METHODS = ("plain", "adaptive", "fixed2", "fixed8", "fixed32", "pld10", "oracle", "oracle2", "oracle32")
 
 
 def needs_truth(method: str) -> bool:

@@ -47,12 +47,16 @@ RESULTS = Path(__file__).parent / "results"
 RUNS_FILE = "runs.jsonl"
 META_FILE = "meta.json"
 BURN_IN = Task("burn-in", "burn-in", "Write a Python function that returns the square of x.")
-QUICK = {"repeats": 1, "max_tokens": 48, "per_kind": 1}  # --quick: few prompts, short outputs, 1 repeat
+QUICK = {"repeats": 1, "max_tokens": 40, "per_kind": 1}  # --quick: few prompts, short outputs, 1 repeat
 DEFAULTS = {"repeats": 3, "max_tokens": 128, "per_kind": None}
 
 
 class BenchError(UserError):
     """The bench cannot run as asked (unknown method or kind, an output folder in use, ...)."""
+
+
+class BenchInterrupted(BenchError):
+    """Stopped (Ctrl-C) before the end: what was measured is kept for --resume."""
 
 
 @dataclass
@@ -316,13 +320,22 @@ def run(
             progress(f"warm-up {name}", step, total)
             _measure(runners[name], name, BURN_IN, 8, truths)
             step += 1
-        for p in pending:
-            progress(f"r{p.repeat + 1} {p.task.id} {p.method}", step, total)
-            rec = record(p, _measure(runners[p.method], p.method, p.task, cfg.max_tokens, truths), config_id, commit)
-            append_run(runs_path, rec)
-            step += 1
-            if log is not None:
-                log(f"r{p.repeat + 1} {p.task.id} {p.method}: {rec['tok_s']:.1f} tok/s, {rec['n_tokens']} tokens")
+        measured = 0
+        try:
+            for p in pending:
+                progress(f"r{p.repeat + 1} {p.task.id} {p.method}", step, total)
+                m = _measure(runners[p.method], p.method, p.task, cfg.max_tokens, truths)
+                rec = record(p, m, config_id, commit)
+                append_run(runs_path, rec)
+                step += 1
+                measured += 1
+                if log is not None:
+                    log(f"r{p.repeat + 1} {p.task.id} {p.method}: {rec['tok_s']:.1f} tok/s, {rec['n_tokens']} tokens")
+        except KeyboardInterrupt:
+            raise BenchInterrupted(
+                f"interrupted after {measured} of {len(pending)} runs; they are kept in {runs_path}: "
+                f"`--resume --out {out}` continues"
+            ) from None
         progress("done", total, total)
     finally:
         model.close()

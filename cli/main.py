@@ -248,7 +248,7 @@ def bench(
     ] = None,
     repeats: Annotated[int | None, typer.Option(help="Interleaved repeats (default: 3; 1 with --quick).")] = None,
     max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", "-n", help="Tokens per run (default: 128; 48 with --quick).")
+        int | None, typer.Option("--max-tokens", "-n", help="Tokens per run (default: 128; 40 with --quick).")
     ] = None,
     quick: Annotated[
         bool, typer.Option(help="A few minutes: one prompt per kind, short outputs, 1 repeat, fewer methods.")

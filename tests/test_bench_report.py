@@ -15,7 +15,7 @@ import lookahead.api
 from bench import charts, report
 from bench.llama_server import completion_request, parse_completion, server_command
 from bench.methods import Measurement, is_chain
-from bench.run import BenchConfig, BenchError, Planned, plan, read_runs
+from bench.run import BenchConfig, BenchError, BenchInterrupted, Planned, plan, read_runs
 from bench.summary import acceptance_by_depth, itl_gaps, noise, percentile, summarize
 from bench.tasks import Task
 
@@ -238,7 +238,7 @@ def test_resume_skips_runs_already_recorded(tmp_path: Path, no_model: list[tuple
     out = tmp_path / "out"
     run_fn_state.stop_at = 3 + 5  # 3 warm-ups, then 4 measured runs kept, the 5th interrupted
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(BenchInterrupted, match="after 4 of 12 runs.*--resume"):
             bench.run.run(config(out))
     finally:
         run_fn_state.stop_at = -1
@@ -266,7 +266,7 @@ def test_bench_config_checks_names_before_loading() -> None:
     with pytest.raises(BenchError, match="llama-server"):
         BenchConfig(methods=["server_ngram_mod"]).resolved()
     quick = BenchConfig(quick=True).resolved()
-    assert (quick.repeats, quick.max_tokens, quick.per_kind) == (1, 48, 1)
+    assert (quick.repeats, quick.max_tokens, quick.per_kind) == (1, 40, 1)
     assert quick.methods is not None and quick.methods[0] == "plain" and "oracle" in quick.methods
     full = BenchConfig(methods=["adaptive"], repeats=5).resolved()
     assert full.methods == ["plain", "adaptive"] and full.repeats == 5 and full.max_tokens == 128
