@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 import lookahead
+from bench.oracle import best_prefix
+from bench.run import RUNS_FILE, read_runs
 from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
 from lookahead.backend.llama import BackendConfig
 from lookahead.control import Controller, CostModel
@@ -109,30 +111,17 @@ def oracle_choice(controller: Controller, v: TruthVerifier, cost: Any) -> Any:
 
     def choose(draft: Draft) -> int:
         inner(draft)
-        limit = controller.limit(draft)
-        ok = np.zeros(limit, dtype=bool)  # node i is on the output's path
-        best, best_rate = 0, 1.0 / cost(1)
-        deepest = 0  # accepted tokens if the first i + 1 nodes are verified
-        for i in range(limit):
-            parent = int(draft.parents[i])
-            ok[i] = (parent < 0 or ok[parent]) and int(draft.tokens[i]) == v.next_token(
-                int(draft.depth[i]) - 1
-            )
-            if ok[i]:
-                deepest = max(deepest, int(draft.depth[i]))
-            rate = (deepest + 1) / cost(i + 2)
-            if rate > best_rate:
-                best, best_rate = i + 1, rate
-        return best
+        return best_prefix(draft, controller.limit(draft), v.next_token, cost)
 
     return choose
 
 
 def load_truth(path: Path) -> dict[str, list[int]]:
-    """Plain outputs by task id: the first plain run of a compare.py JSON, or --record's."""
-    data = json.loads(path.read_text())
+    """Plain outputs by task id: the first plain run of a bench output folder (its runs.jsonl),
+    of an older compare.py JSON, or of --record's file."""
+    runs = read_runs(path / RUNS_FILE) if path.is_dir() else json.loads(path.read_text())["runs"]
     out: dict[str, list[int]] = {}
-    for run in data["runs"]:
+    for run in sorted(runs, key=lambda r: r.get("repeat", 0)):
         if run["method"] == "plain":
             out.setdefault(run["task"], run["tokens"])
     return out
@@ -209,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", dest="prompt_set", choices=PROMPT_SETS, default="bench")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {','.join(KINDS)}")
     p.add_argument("--truth", type=Path, default=None,
-                   help="JSON of plain outputs (default: --record's file for the set, else compare.py's)")
+                   help="plain outputs: a bench output folder or a JSON file "
+                   "(default: --record's file for the set, else compare.py's)")
     p.add_argument("--record", action="store_true", help="generate the set's plain outputs first")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per plain output (--record)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",

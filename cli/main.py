@@ -200,9 +200,7 @@ def report(
 
 @app.command()
 def serve(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
-    ] = models.DEFAULT_MODEL,
+    model: ModelOption = models.DEFAULT_MODEL,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     api_key: Annotated[
@@ -213,8 +211,8 @@ def serve(
         typer.Option("--api-key-file", help="Keys, one per line; each key drafts only from its own requests."),
     ] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait for the model; more get 429.")] = 16,
-    n_ctx: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
-    threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
+    n_ctx: NCtxOption = 8192,
+    threads: ThreadsOption = 0,
     no_shared_index: Annotated[
         bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
     ] = False,
@@ -261,10 +259,8 @@ def serve(
 
 @app.command()
 def doctor(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
-    ] = models.DEFAULT_MODEL,
-    threads: Annotated[int, typer.Option(help="CPU threads (0 = all available).")] = 0,
+    model: ModelOption = models.DEFAULT_MODEL,
+    threads: ThreadsOption = 0,
     no_exact: Annotated[
         bool, typer.Option("--no-exact", help="Skip the exactness self-test (a few seconds).")
     ] = False,
@@ -357,6 +353,69 @@ def complete(
 
     with handled():
         run_complete(**options)
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+@app.command()
+def bench(
+    model: ModelOption = models.DEFAULT_MODEL,
+    kinds: Annotated[
+        str | None,
+        typer.Option(help="Comma list of task kinds: code_edit, report, completion, summarize, prose (default: all)."),
+    ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma list of methods (plain is always added): plain, adaptive, exact, fixed1..fixed32, tree, "
+            "oracle, oracle1..oracle32, oracle_policy, pld2, pld10, plain_llama, server_* (see bench/README.md) "
+            "[default: all but a few extras; a smaller set with --quick]."
+        ),
+    ] = None,
+    repeats: Annotated[int | None, typer.Option(help="Interleaved repeats (default: 3; 1 with --quick).")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", "-n", help="Tokens per run (default: 128; 40 with --quick).")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="A few minutes: one prompt per kind, short outputs, 1 repeat, fewer methods.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Output folder (default: bench/results/<date>-<cpu>/ in the checkout)."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue an interrupted bench in --out: skip the runs it already recorded.")
+    ] = False,
+    per_kind: Annotated[
+        int | None,
+        typer.Option("--per-kind", help="At most this many prompts per kind (default: all; 1 with --quick)."),
+    ] = None,
+    prompt_set: Annotated[
+        str, typer.Option("--set", help="Prompt set: bench (the reported one) or tune (for tuning).")
+    ] = "bench",
+    threads: Annotated[int, typer.Option(help="CPU threads for every method (0 = all available).")] = 0,
+    llama_server: Annotated[
+        Path | None,
+        typer.Option(
+            "--llama-server",
+            help="A llama-server binary: also run its --spec-type ngram-simple and ngram-mod "
+            "(a fresh server per prompt).",
+        ),
+    ] = None,
+) -> None:
+    """Benchmark decoding methods side by side on this machine: speed vs plain decoding, acceptance,
+    latency, the oracle ceiling. Writes the raw runs (JSON lines, kept as they finish), tables, PNG charts
+    and an HTML report. Runs the bench/ suite of a source checkout, installed with its bench extra.
+
+    Example: lookahead bench --quick
+    """
+    options = dict(locals())  # the options as given: the bench's configuration, by the same names
+    from cli.bench_cmd import run_bench
+
+    with handled():
+        run_bench({**options, "kinds": _csv(kinds), "methods": _csv(methods)})
 
 
 def main() -> None:  # pragma: no cover - console script entry
