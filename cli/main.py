@@ -32,9 +32,33 @@ app = typer.Typer(
     "the default can differ at near-ties).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
 app.add_typer(models_app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            mine = version("lookahead")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            mine = "unknown (not installed)"
+        try:
+            binding = version("llama-cpp-python")
+        except PackageNotFoundError:
+            binding = "not installed"
+        typer.echo(f"lookahead {mine} (llama-cpp-python {binding})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Faster local LLM generation on CPUs with model-free speculative decoding."""
 
 def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
@@ -105,7 +129,10 @@ def generate(
     n_ctx: NCtxOption = 8192,
     threads: ThreadsOption = 0,
 ) -> None:
-    """Generate text from a prompt, streaming it to stdout."""
+    """Generate text from a prompt, streaming it to stdout.
+
+    Example: lookahead generate --chat "Add type hints to: def scale(v, f): return [x * f for x in v]"
+    """
     from cli.generate_cmd import run_generate
 
     with handled():

@@ -37,7 +37,10 @@ NameArgument = Annotated[str, typer.Argument(help="A model name (see `lookahead 
 
 @models_app.command("list")
 def list_cmd(cache_dir: CacheDirOption = None) -> None:
-    """Show the named models, their sizes and which are already cached."""
+    """Show the named models, their sizes and which are already cached.
+
+    Example: lookahead models list
+    """
     folder = cache_dir or models.default_cache_dir()
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption=f"* default    cache: {folder}")
     table.add_column("name", no_wrap=True)
@@ -60,7 +63,10 @@ def pull_cmd(
     cache_dir: CacheDirOption = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
 ) -> None:
-    """Download and assemble a named model into the cache (verified by sha256)."""
+    """Download and assemble a named model into the cache (verified by sha256).
+
+    Example: lookahead models pull smollm2-135m
+    """
     folder = cache_dir or models.default_cache_dir()
     path = _run(lambda progress: models.pull(name, folder, progress, force=force))
     typer.echo(str(path))
@@ -68,7 +74,10 @@ def pull_cmd(
 
 @models_app.command("path")
 def path_cmd(name: NameArgument, cache_dir: CacheDirOption = None) -> None:
-    """Print the path of a named model, pulling it first if needed."""
+    """Print the path of a named model, pulling it first if needed.
+
+    Example: lookahead models path qwen2.5-coder-0.5b
+    """
     folder = cache_dir or models.default_cache_dir()
     path = _run(lambda progress: models.resolve_model(name, folder, progress))
     typer.echo(str(path))

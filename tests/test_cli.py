@@ -494,3 +494,24 @@ def test_generate_names_a_fallback_backend(
     assert proc.returncode == 0, proc.stderr
     assert "extra buffer types off" in proc.stderr and "SIGILL" in proc.stderr
     assert proc.stdout.strip()
+
+
+def test_version() -> None:
+    result = invoke(["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("lookahead ") and "llama-cpp-python" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["generate"], ["report"], ["complete"], ["serve"], ["doctor"], ["bench"],
+     ["models", "list"], ["models", "pull"], ["models", "path"]],
+)
+def test_every_command_explains_itself_with_an_example(command: list[str]) -> None:
+    result = invoke([*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Example: lookahead " + command[0] in " ".join(result.stdout.split())
+
+
+def test_shell_completion_is_offered() -> None:
+    assert "--install-completion" in invoke(["--help"]).stdout
