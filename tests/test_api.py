@@ -45,10 +45,9 @@ def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # ty
 def test_a_small_n_batch_cuts_drafts_instead_of_failing(smol_path) -> None:  # type: ignore[no-untyped-def]
     """An API user's BackendConfig(n_batch=8): every verify holds the root and at most 7
     draft nodes, and the output is still plain greedy decoding's."""
-    from lookahead.draft_state import DraftConfig
-
     from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
+    from lookahead.draft_state import DraftConfig
 
     model = load(smol_path, backend=BackendConfig(n_ctx=512, n_batch=8, n_threads=1), probe_backend=False)
     try:

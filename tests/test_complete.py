@@ -276,7 +276,7 @@ def complete_json(args: list[str]) -> dict[str, Any]:
 def check_json(data: dict[str, Any]) -> None:
     stats = {key: kind for key, kind in JSON_KEYS.items() if key != "text"}  # generate's, but text
     types = {"completion": str, "line": int, "col": int, "fim": bool, "written": bool, **stats}
-    types |= {"finish_reason": str, "k_trace": list}
+    types |= {"finish_reason": str, "k_trace": list, "context_full": bool}
     assert set(data) == set(types)
     for key, kind in types.items():
         assert isinstance(data[key], kind), (key, data[key])

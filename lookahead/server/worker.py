@@ -15,13 +15,13 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lookahead.api import Model
 from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Result
+from lookahead.engine import Done, Event, Result
 from lookahead.errors import LookaheadError
 from lookahead.index.base import DraftSource
 from lookahead.sampling import SamplingConfig
@@ -134,16 +134,17 @@ class Worker:
     def _generate(self, job: Job) -> None:
         t0 = time.perf_counter()
         self.metrics.running.set(1)
-        events = self.model.stream(
-            "",
-            tokens=job.tokens,
-            max_tokens=job.max_tokens,
-            stop=job.stop,
-            sampling=job.sampling,
-            draft=job.draft,
-            sources=job.sources,
-        )
+        events: Iterator[Event] | None = None
         try:
+            events = self.model.stream(
+                "",
+                tokens=job.tokens,
+                max_tokens=job.max_tokens,
+                stop=job.stop,
+                sampling=job.sampling,
+                draft=job.draft,
+                sources=job.sources,
+            )
             for event in events:
                 if job.cancelled.is_set():
                     self.metrics.cancelled.inc()
@@ -159,7 +160,7 @@ class Worker:
             log.exception("generation failed")
             job.emit(exc)
         finally:
-            close = getattr(events, "close", None)
+            close = getattr(events, "close", None)  # a generator: end it where it stopped
             if close is not None:
                 close()
             self.model.backend.reset()  # free every KV cell, parked ones too
