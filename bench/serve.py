@@ -305,12 +305,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     lat, mem = summarize_latency(lat_records), summarize_memory(mem_records)
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"serve-{args.model}"
-    stem.with_suffix(".json").write_text(
+    # the model name has dots ("qwen2.5-coder-0.5b"): build each name whole, no with_suffix
+    stem = f"serve-{Path(args.model).stem if args.model.endswith('.gguf') else args.model}"
+    (RESULTS / f"{stem}.json").write_text(
         json.dumps({"info": info, "latency": lat_records, "memory": mem_records}, indent=1)
     )
     text = markdown(info, lat, mem)
-    stem.with_suffix(".md").write_text(text)
+    (RESULTS / f"{stem}.md").write_text(text)
     print(text)
 
 

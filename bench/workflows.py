@@ -169,10 +169,11 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m bench.workflows " + " ".join(argv or []),
     }
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"workflows-{args.model}"
-    stem.with_suffix(".json").write_text(json.dumps({"info": info, "runs": records}, indent=1))
+    # the model name has dots ("qwen2.5-coder-0.5b"): build each name whole, no with_suffix
+    stem = f"workflows-{Path(args.model).stem if args.model.endswith('.gguf') else args.model}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"info": info, "runs": records}, indent=1))
     text = markdown(info, rows)
-    stem.with_suffix(".md").write_text(text)
+    (RESULTS / f"{stem}.md").write_text(text)
     print(text)
 
 
