@@ -10,7 +10,8 @@ after the cursor. The same library calls as `lookahead complete` (fill-in-the-mi
 the model has the tokens, the code-aware stop), three ways: plain decoding, drafts without
 context, drafts with the repository as context (the file being completed left out, as
 `complete` does with the file it completes). Reports: the shipped example (`examples/sales`, the same prompt as
-`lookahead report`) and the bench and tune sets' report prompts, plain vs drafts.
+`lookahead report`) and the bench set's report prompts (`--tune`: the tune set's too),
+plain vs drafts.
 
 Each prompt runs every method once per repeat, in a rotated order (interleaved). Reported:
 decode speed relative to plain (median over repeats), α, and whether the text equals plain
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--functions", type=int, default=8, help="completion cases")
     ap.add_argument("--max-tokens", type=int, default=128, help="for completions")
     ap.add_argument("--report-tokens", type=int, default=320, help="for reports")
+    ap.add_argument("--tune", action="store_true", help="also the tune set's report prompts")
     args = ap.parse_args(argv)
 
     path = models.resolve_model(args.model, models.default_cache_dir())
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     example = build_report(ROOT / "examples/sales/weekly.md", ROOT / "examples/sales/sales.csv")
     reports: list[tuple[str, str]] = [("examples/sales", example.prompt)]
     reports += [(f"bench/{t.id}", t.prompt) for t in load_tasks(["report"])]
-    reports += [(f"tune/{t.id}", t.prompt) for t in tune_tasks_of("report")]
+    if args.tune:
+        reports += [(f"tune/{t.id}", t.prompt) for t in tune_tasks_of("report")]
 
     records: list[dict[str, Any]] = []
     for rep in range(args.repeats):
