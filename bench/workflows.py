@@ -26,6 +26,7 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         "context_files": len(context.files),
         "context_tokens": context.n_tokens,
         "context_build_s": round(context_s, 2),
-        "command": "python -m bench.workflows " + " ".join(argv or []),
+        "command": "python -m bench.workflows " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     RESULTS.mkdir(exist_ok=True)
     # the model name has dots ("qwen2.5-coder-0.5b"): build each name whole, no with_suffix
@@ -209,7 +210,7 @@ def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"# Workflows: {info['model']}",
         "",
         f"Machine: {info['cpu']}, {info['threads']} threads; commit {info['commit']}; "
-        f"{info['repeats']} interleaved repeats; `{info['command'].strip()}`. Greedy decoding. Decode speed "
+        f"{info['repeats']} interleaved repeat(s); `{info['command'].strip()}`. Greedy decoding. Decode speed "
         "relative to plain decoding of the same prompt (median over repeats); α = accepted draft "
         "tokens per verify step; 'equal' = runs whose text equals plain decoding's.",
         f"Context for completions: this repository, {info['context_files']} files, "
