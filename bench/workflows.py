@@ -76,6 +76,8 @@ def completion_cases(count: int) -> list[tuple[str, Path, Split]]:
             suffix = "\n" + "\n".join(lines[node.end_lineno :])
             rel = path.relative_to(ROOT)
             found.append((f"{rel}:{node.name}", path, Split(prefix, suffix, Cursor(start + 1, 1))))
+    if count <= 0:
+        return []
     step = max(1, len(found) // count)
     return found[::step][:count]
 
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=128, help="for completions")
     ap.add_argument("--report-tokens", type=int, default=320, help="for reports")
     ap.add_argument("--tune", action="store_true", help="also the tune set's report prompts")
+    ap.add_argument("--suffix", default="", help="added to the result files' names")
     args = ap.parse_args(argv)
 
     path = models.resolve_model(args.model, models.default_cache_dir())
@@ -131,8 +134,10 @@ def main(argv: list[str] | None = None) -> None:
     # the file being completed; one index for all cases instead of one per file).
     t0 = time.perf_counter()
     d = model.drafting
-    ignore = GitIgnore(ROOT, exclude=[fpath for _, fpath, _ in completions])
-    context = CorpusIndex.load_or_build([ROOT], d.tokenize, d.tokenizer_id, d.corpus_cache, ignore=ignore)
+    context: CorpusIndex | None = None
+    if completions:
+        ignore = GitIgnore(ROOT, exclude=[fpath for _, fpath, _ in completions])
+        context = CorpusIndex.load_or_build([ROOT], d.tokenize, d.tokenizer_id, d.corpus_cache, ignore=ignore)
     context_s = time.perf_counter() - t0
 
     example = build_report(ROOT / "examples/sales/weekly.md", ROOT / "examples/sales/sales.csv")
@@ -167,14 +172,14 @@ def main(argv: list[str] | None = None) -> None:
         "threads": args.threads,
         "commit": commit.stdout.strip(),
         "repeats": args.repeats,
-        "context_files": len(context.files),
-        "context_tokens": context.n_tokens,
+        "context_files": len(context.files) if context else 0,
+        "context_tokens": context.n_tokens if context else 0,
         "context_build_s": round(context_s, 2),
         "command": "python -m bench.workflows " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     RESULTS.mkdir(exist_ok=True)
     # the model name has dots ("qwen2.5-coder-0.5b"): build each name whole, no with_suffix
-    stem = f"workflows-{Path(args.model).stem if args.model.endswith('.gguf') else args.model}"
+    stem = f"workflows-{Path(args.model).stem if args.model.endswith('.gguf') else args.model}{args.suffix}"
     (RESULTS / f"{stem}.json").write_text(json.dumps({"info": info, "runs": records}, indent=1))
     text = markdown(info, rows)
     (RESULTS / f"{stem}.md").write_text(text)
@@ -219,6 +224,8 @@ def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     ]
     for kind, title in (("complete", "Code completion at function starts"), ("report", "Templated reports")):
         methods = list(dict.fromkeys(r["method"] for r in rows if r["kind"] == kind and r["method"] != "plain"))
+        if not methods:
+            continue
         out += [f"## {title}", "", "| prompt | " + " | ".join(f"{m} (α, equal)" for m in methods) + " |",
                 "| --- |" + " --- |" * len(methods)]
         for cid in dict.fromkeys(r["id"] for r in rows if r["kind"] == kind):
