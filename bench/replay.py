@@ -128,7 +128,10 @@ def load_truth(path: Path) -> dict[str, list[int]]:
 
 
 def record(model: lookahead.Model, tasks: list[Task], max_tokens: int, path: Path) -> None:
-    runs = []
+    """Plain outputs of `tasks`, added to (or replacing those of the same tasks in) `path`."""
+    ids = {t.id for t in tasks}
+    old = json.loads(path.read_text()).get("runs", []) if path.exists() else []
+    runs = [r for r in old if r["task"] not in ids]
     for task in tasks:
         r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=DraftConfig(enabled=False))
         runs.append({"task": task.id, "kind": task.kind, "method": "plain", "repeat": 0, "tokens": r.tokens})
@@ -147,9 +150,11 @@ def _config(pairs: list[str]) -> DraftConfig:
 
 def replay(
     model: lookahead.Model, tasks: list[Task], truth: dict[str, list[int]], config: DraftConfig,
-    *, oracle: bool, shared: bool, verbose: bool,
+    *, oracle: bool, shared: bool, verbose: bool, curve: dict[int, float] | None = None,
 ) -> dict[str, list[float]]:
     calibration = model.calibrate()
+    if curve:  # another machine's shape t(n)/t(1), at this machine's t(1)
+        calibration = {n: calibration[1] * r for n, r in {1: 1.0, **curve}.items()}
     sizes = sorted(calibration)
 
     def cost(n: int) -> float:
@@ -207,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--oracle", action="store_true", help="also replay with a perfect controller")
     p.add_argument("--shared", action="store_true", help="one controller across prompts, as a server")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--curve", default=None, metavar="N=RATIO,...",
+                   help="model another machine: its t(n)/t(1), e.g. 2=1.33,4=1.71,8=2.88,16=4.59,32=8.47,64=15.9")
     p.add_argument("-v", "--verbose", action="store_true", help="print every step")
     args = p.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -223,6 +230,10 @@ def main(argv: list[str] | None = None) -> None:
         config = _config(args.config)
     except (ValueError, TypeError, SyntaxError) as e:
         p.error(f"{e} (--config takes DraftConfig fields as KEY=VALUE, VALUE a Python literal)")
+    try:
+        curve = {int(k): float(v) for k, v in (x.split("=") for x in args.curve.split(","))} if args.curve else None
+    except ValueError:
+        p.error("--curve takes N=RATIO pairs, e.g. 2=1.33,4=1.71")
     if not args.record and not path.exists():
         p.error(f"no plain outputs at {path}: run with --record, or bench.compare first")
     model = lookahead.load(args.model, backend=BackendConfig(n_threads=args.threads))
@@ -236,7 +247,9 @@ def main(argv: list[str] | None = None) -> None:
     runs = [("controller", False)] + ([("oracle", True)] if args.oracle else [])
     for label, oracle in runs:
         print(f"== {label}: {config}")
-        speedups = replay(model, tasks, truth, config, oracle=oracle, shared=args.shared, verbose=args.verbose)
+        speedups = replay(
+            model, tasks, truth, config, oracle=oracle, shared=args.shared, verbose=args.verbose, curve=curve
+        )
         every = [x for xs in speedups.values() for x in xs]
         medians = "  ".join(f"{k} {float(np.median(xs)):.3f}" for k, xs in speedups.items())
         geomean = math.exp(sum(math.log(x) for x in every) / len(every)) if every else float("nan")

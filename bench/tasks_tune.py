@@ -45,6 +45,107 @@ _CODE_EDIT = {
     ),
 }
 
+# Short edits of code written here (not read from the running Python): the small
+# renames, parameters and tidy-ups people ask for most, where most of the output is a
+# copy of the input interrupted by the edit.
+_CODE_EDIT_INLINE = {
+    "rename_buf": (
+        "Rename `buf` to `buffer` everywhere in this function. Return the whole function.",
+        """def read_frames(stream, size):
+    buf = bytearray()
+    frames = []
+    while True:
+        chunk = stream.read(size)
+        if not chunk:
+            break
+        buf.extend(chunk)
+        while len(buf) >= 4:
+            length = int.from_bytes(buf[:4], "big")
+            if len(buf) < 4 + length:
+                break
+            frames.append(bytes(buf[4:4 + length]))
+            del buf[:4 + length]
+    return frames, bytes(buf)
+""",
+    ),
+    "timeout_param": (
+        "Add a `timeout` parameter (default 10.0 seconds) to `fetch_all` and pass it to every "
+        "`session.get` call. Return the updated code.",
+        """def fetch_all(session, urls, retries=3):
+    results = {}
+    for url in urls:
+        for attempt in range(retries):
+            try:
+                response = session.get(url)
+                response.raise_for_status()
+                results[url] = response.json()
+                break
+            except ConnectionError:
+                if attempt == retries - 1:
+                    results[url] = None
+    return results
+""",
+    ),
+    "logging": (
+        "Replace the print calls with calls to a module-level `logger` from the logging "
+        "module (info for progress, warning for problems). Return the whole module.",
+        """import csv
+
+
+def load_prices(path):
+    prices = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                prices[row["sku"]] = float(row["price"])
+            except (KeyError, ValueError):
+                print("skipping bad row:", row)
+    print("loaded", len(prices), "prices from", path)
+    return prices
+""",
+    ),
+    "attr_rename": (
+        "In this class, rename the attribute `self._data` to `self._items`. Return the whole class.",
+        """class Stack:
+    def __init__(self):
+        self._data = []
+
+    def push(self, value):
+        self._data.append(value)
+
+    def pop(self):
+        if not self._data:
+            raise IndexError("pop from an empty stack")
+        return self._data.pop()
+
+    def peek(self):
+        return self._data[-1] if self._data else None
+
+    def __len__(self):
+        return len(self._data)
+""",
+    ),
+    "early_return": (
+        "Rewrite this function to use early returns instead of nested ifs. Keep the behaviour. "
+        "Return the whole function.",
+        """def shipping_cost(order):
+    if order is not None:
+        if order.items:
+            if order.country == "US":
+                cost = 5.0
+            else:
+                cost = 15.0
+            if order.total > 100:
+                cost = 0.0
+            return cost
+        else:
+            return 0.0
+    else:
+        raise ValueError("no order")
+""",
+    ),
+}
+
 _REPORT = {
     "students": """Write a short progress note for each student below, using exactly this layout:
 
@@ -140,6 +241,9 @@ def tasks_of(kind: str) -> list[Task]:
         return [
             Task(f"code_edit/{name}", kind, f"{ask}\n\n```python\n{inspect.getsource(fn)}```")
             for name, (ask, fn) in _CODE_EDIT.items()
+        ] + [
+            Task(f"code_edit/{name}", kind, f"{ask}\n\n```python\n{code}```")
+            for name, (ask, code) in _CODE_EDIT_INLINE.items()
         ]
     if kind == "report":
         return [Task(f"report/{name}", kind, text) for name, text in _REPORT.items()]

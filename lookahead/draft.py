@@ -30,7 +30,8 @@ SOURCE_CORPUS = 2
 SOURCE_RECORD = 3
 SOURCE_PREDICTION = 4  # the text a client expects the output to repeat (the server's Predicted Outputs)
 SOURCE_SHARED = 5  # earlier requests' prompts and outputs (the server's shared index)
-SOURCE_NAMES = ("ngram", "suffix", "corpus", "record", "prediction", "shared")
+SOURCE_EDIT = 6  # the prompt copied through the substitutions the output made (index/edits.py)
+SOURCE_NAMES = ("ngram", "suffix", "corpus", "record", "prediction", "shared", "edit")
 
 
 @dataclass(frozen=True)

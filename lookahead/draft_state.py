@@ -18,6 +18,7 @@ from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
 from lookahead.index.ngram import NgramIndex
+from lookahead.index.edits import EditSource
 from lookahead.index.records import RecordSource
 from lookahead.index.suffix import SuffixIndex
 from lookahead.models import Progress
@@ -44,6 +45,7 @@ class DraftConfig:
     branches: int = _CONTROL.branches  # most children per tree node (1 = a single chain)
     ngram_order: int = 4  # longest context of the n-gram table
     records: bool = True  # draft whole report records, values taken from the prompt's data rows
+    edits: bool = True  # copy the prompt through the substitutions the output made (renames)
     shipped_corpora: bool = True  # draft from the corpora/ folder shipped with lookahead
     corpora: tuple[Path, ...] = ()  # more static corpus folders (e.g. the user's repository)
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
@@ -100,6 +102,8 @@ class DraftState:
         """Fresh per-request indexes over prompt + output, plus the shared corpus tables
         and the caller's `extra` sources (fresh streams, this request's only)."""
         sources: list[DraftSource] = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
+        if config.edits:
+            sources.append(EditSource())
         if config.records:
             sources.append(RecordSource(self.token_bytes, self.tokenize))
         corpus = self.corpus(config, progress)

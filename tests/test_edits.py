@@ -1,0 +1,68 @@
+"""The copy-through-edits source on token streams (no model)."""
+
+from __future__ import annotations
+
+from lookahead.draft import SOURCE_EDIT
+from lookahead.index.edits import EditSource
+
+# A "function" as tokens: 7 stands for the old name, 70 for the new one.
+PROMPT = [1, 2, 7, 3, 4, 5, 6, 8, 7, 9, 10, 11, 12, 13, 7, 14, 15, 16, 17]
+
+
+def drafted(src: EditSource, depth: int = 8) -> list[int]:
+    cands = src.propose(depth, 4)
+    assert len(cands) <= 1
+    return cands[0].tokens.tolist() if cands else []
+
+
+def test_a_rename_is_learned_and_drafted_at_the_next_occurrence():
+    src = EditSource()
+    src.observe(PROMPT)
+    src.observe([1, 2, 7, 3])  # copying: aligned after 4 tokens
+    assert drafted(src, 4) == [4, 5, 6, 8]
+    src.observe([4, 5, 6, 8, 70])  # the edit: 70 where the prompt has 7
+    assert drafted(src) == []  # an open edit drafts nothing
+    src.observe([9, 10])  # the prompt again after the old name: 7 -> 70 learned
+    # the copy goes on, and the next occurrence of the old name is drafted renamed
+    assert drafted(src, 6) == [11, 12, 13, 70, 14, 15]
+    src.observe([11, 12, 13, 70, 14])
+    assert drafted(src) == [15, 16, 17]
+    cand = src.propose(3, 1)[0]
+    assert cand.source == SOURCE_EDIT and len(cand.q) == 3 and (cand.q > 0).all() and (cand.q <= 1).all()
+
+
+def test_a_multi_token_substitution_is_drafted_whole():
+    src = EditSource()
+    src.observe(PROMPT)
+    src.observe([1, 2, 7, 3, 4, 5, 6, 8, 70, 71, 9, 10])  # 7 -> 70 71
+    assert drafted(src, 5) == [11, 12, 13, 70, 71]
+    src.observe([11, 12, 13, 70])  # half way through the new text
+    assert drafted(src, 3) == [71, 14, 15]
+
+
+def test_a_deletion_resyncs_and_a_stray_token_reopens_an_edit():
+    src = EditSource()
+    src.observe(PROMPT)
+    src.observe([1, 2, 7, 3, 4])
+    src.observe([6, 8])  # 5 deleted
+    assert drafted(src, 3) == [7, 9, 10]
+    src.observe([99])  # not the prompt and no substitution: an edit opens
+    assert drafted(src) == []
+
+
+def test_text_that_never_copies_the_prompt_gets_no_drafts():
+    src = EditSource()
+    src.observe(PROMPT)
+    for t in [40, 41, 42, 43, 44, 45, 46, 47, 2, 7, 48]:
+        src.observe([t])
+        assert drafted(src) == []
+
+
+def test_a_long_rewrite_is_dropped_and_the_copy_realigns_later():
+    src = EditSource()
+    src.observe(PROMPT)
+    src.observe([1, 2, 7, 3])
+    src.observe(list(range(100, 120)))  # too long to be a small edit
+    assert drafted(src) == []
+    src.observe([11, 12, 13, 7])  # four prompt tokens again: aligned
+    assert drafted(src, 3) == [14, 15, 16]
