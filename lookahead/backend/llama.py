@@ -297,6 +297,27 @@ class LlamaVocab:
 
 
 
+def new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int) -> Any:
+    """A llama.cpp context on loaded weights: one unified KV cache of `config.n_ctx` cells
+    shared by `n_seq_max` sequence ids, batches of up to `config.n_batch` tokens."""
+    cparams = ll.llama_context_default_params()
+    cparams.n_ctx = config.n_ctx
+    cparams.n_batch = config.n_batch
+    cparams.n_ubatch = config.n_batch
+    cparams.n_seq_max = n_seq_max
+    cparams.kv_unified = True
+    cparams.n_threads = threads
+    cparams.n_threads_batch = threads
+    cparams.no_perf = True
+    cparams.flash_attn_type = (
+        ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    ctx = ll.llama_init_from_model(model, cparams)
+    if not ctx:
+        raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
+    return ctx
+
+
 class LlamaBackend(LlamaVocab):
     """A GGUF model and one context, ready for tree-shaped verify batches."""
 
@@ -309,24 +330,13 @@ class LlamaBackend(LlamaVocab):
         # process (an assertion on its output buffer) when n_batch < n_seq_max.
         self.max_branches = max(1, min(config.max_branches, config.n_batch - 1))
         threads = config.n_threads or default_threads()
-        cparams = ll.llama_context_default_params()
-        cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.n_batch
-        cparams.n_ubatch = config.n_batch
         # one more id than branches: the last one parks rejected cells (see commit)
-        cparams.n_seq_max = self.max_branches + 1
-        cparams.kv_unified = True
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.no_perf = True
-        cparams.flash_attn_type = (
-            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        ctx = ll.llama_init_from_model(model, cparams)
-        if not ctx:
+        try:
+            ctx = new_context(model, config, self.max_branches + 1, threads)
+        except BackendError:
             ll.llama_model_free(model)
             self._model = None  # freed: close() must not free it again
-            raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
+            raise
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
         self.n_ctx = int(ll.llama_n_ctx(ctx))
