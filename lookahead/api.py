@@ -132,6 +132,11 @@ class Model:
         self._cost_ready = True
         return costs
 
+    def ensure_calibrated(self) -> None:
+        """Calibrate once (the adaptive controller needs the cost curve)."""
+        if not self._cost_ready:
+            self.calibrate()
+
     def prompt_tokens(self, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:
         """Tokens for a raw prompt, or for chat messages (a str with chat=True is one user turn)."""
         return prompt_tokens(self.backend, prompt, chat)

@@ -36,7 +36,6 @@ from lookahead.engine import (
     Drafter,
     Event,
     GenerationConfig,
-    GenerationError,
     Policy,
     Result,
     Stats,
@@ -87,7 +86,7 @@ class MultiVerifier(Protocol):
         """Decode `tokens` (one chunk, at most n_batch) after the slot's committed prefix."""
         ...
 
-    def verify(self, items: Sequence[tuple[int, int, Draft]]) -> list[LogitRows]:
+    def verify(self, items: Sequence[tuple[int, int, Draft]]) -> Sequence[LogitRows]:
         """One decode of every (slot, root, draft); the logits rows per item."""
         ...
 
@@ -372,4 +371,26 @@ def run_batch(
             yield index[req.id], event
 
 
-__all__ = ["Batch", "GenerationError", "MultiVerifier", "Request", "StepInfo", "run_batch"]
+
+
+
+# ---- how many requests to batch ----------------------------------------------------------
+
+# Batching N requests pays when N one-token steps cost clearly more than one step of N
+# tokens: N * t(1) / t(N) is the most a batch of N can speed up plain decoding in aggregate.
+PAYS = 1.2
+MAX_AUTO_PARALLEL = 4
+
+
+def batching_bound(cost: CostModel, n: int) -> float:
+    """N * t(1) / t(N): aggregate speedup bound of decoding N requests in one batch."""
+    return n * cost.seconds(1) / cost.seconds(n)
+
+
+def default_parallel(cost: CostModel) -> int:
+    """The largest N <= MAX_AUTO_PARALLEL whose batching bound reaches PAYS (else 1)."""
+    best = 1
+    for n in range(2, MAX_AUTO_PARALLEL + 1):
+        if batching_bound(cost, n) >= PAYS:
+            best = n
+    return best
