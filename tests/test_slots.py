@@ -94,3 +94,13 @@ def test_four_concurrent_drafted_requests_equal_solo_up_to_rounding(smol_model: 
             continue
         k = next(i for i in range(min(len(got), len(want))) if got[i] != want[i])
         assert abs(logit_gap(smol_model, p, want, k, got[k])) < NEAR_TIE, (p, k)
+
+
+def test_generate_many_returns_each_prompts_solo_result_in_order(smol_model: Any) -> None:
+    """Five prompts through two slots: three wait and join as others finish."""
+    plain = DraftConfig(enabled=False)
+    prompts = [*PROMPTS, "def add(a, b):\n"]
+    many = smol_model.generate_many(prompts, parallel=2, max_tokens=12, draft=plain)
+    alone = [smol_model.generate(p, max_tokens=12, draft=plain) for p in prompts]
+    assert [r.tokens for r in many] == [r.tokens for r in alone]
+    assert [r.text for r in many] == [r.text for r in alone]

@@ -20,7 +20,7 @@ from collections import deque
 from lookahead.api import Model
 from lookahead.backend.slots import LlamaSlots
 from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, GenerationConfig
+from lookahead.engine import Done
 from lookahead.errors import LookaheadError
 from lookahead.multi import Batch, Request
 from lookahead.server.metrics import Metrics
@@ -129,15 +129,15 @@ class BatchWorker:
 
     def _request(self, job: Job) -> Request:
         """The job as a batch request: the pieces `Model.stream` builds for one generation."""
-        model = self.model
-        config = GenerationConfig(job.max_tokens, job.stop, job.sampling)
-        draft = job.draft
-        if not draft.enabled:
-            return self.batch.add(job.tokens, config)
-        if draft.adaptive:
-            model.ensure_calibrated()
-        drafter = model.drafting.drafter(draft, extra=job.sources)
-        return self.batch.add(job.tokens, config, drafter, model.drafting.policy(draft))
+        return self.model.add_to(
+            self.batch,
+            job.tokens,
+            max_tokens=job.max_tokens,
+            stop=job.stop,
+            sampling=job.sampling,
+            draft=job.draft,
+            sources=job.sources,
+        )
 
     def _drop_cancelled(self) -> None:
         for rid, job in list(self._jobs.items()):
