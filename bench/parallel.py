@@ -40,7 +40,7 @@ from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import LlamaSlots
 from lookahead.control import CostModel
 from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, GenerationConfig, Step
+from lookahead.engine import Done, Step
 from lookahead.multi import Batch, batching_bound
 
 RESULTS = Path(__file__).parent / "results"
@@ -109,11 +109,7 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
                 return
             task = pending[client].popleft()
             prompt = model.prompt_tokens(task.prompt, chat=task.chat)
-            config = GenerationConfig(max_tokens=max_tokens)
-            if drafts:
-                req = batch.add(prompt, config, model.drafting.drafter(DRAFTS), model.drafting.policy(DRAFTS))
-            else:
-                req = batch.add(prompt, config)
+            req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=DRAFTS if drafts else PLAIN)
             owner[req.id] = client
             stamps[req.id] = []
 
