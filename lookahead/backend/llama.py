@@ -318,6 +318,49 @@ def new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int)
     return ctx
 
 
+class KVContext:
+    """A second context on a loaded backend's weights, with the few llama.cpp calls a
+    multi-slot backend needs (`lookahead/backend/slots.py`), so that only this module
+    imports llama_cpp. Decodes `_Batch`es; the KV calls are llama_memory_seq_*."""
+
+    def __init__(self, backend: LlamaBackend, n_seq_max: int) -> None:
+        self._ctx = new_context(backend._model, backend.config, n_seq_max, backend.n_threads)
+        self._mem = ll.llama_get_memory(self._ctx)
+        self.n_ctx = int(ll.llama_n_ctx(self._ctx))
+        self.n_vocab = backend.n_vocab
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            ll.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def decode(self, batch: _Batch, n: int) -> None:
+        batch.struct.n_tokens = n
+        rc = ll.llama_decode(self._ctx, batch.struct)
+        if rc != 0:
+            raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
+
+    def rows(self, n_rows: int, order: np.ndarray) -> _Rows:
+        """Logits rows of the last decode: row r is batch entry order[r]."""
+        return _Rows(self._ctx, self.n_vocab, n_rows, order)
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        ll.llama_memory_seq_rm(self._mem, seq, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        ll.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_pos_max(self, seq: int) -> int:
+        """The last position `seq` holds a cell at, -1 if none."""
+        return int(ll.llama_memory_seq_pos_max(self._mem, seq))
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self._mem, True)
+
+
 class LlamaBackend(LlamaVocab):
     """A GGUF model and one context, ready for tree-shaped verify batches."""
 

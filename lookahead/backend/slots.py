@@ -15,17 +15,18 @@ bit-identity holds as there. With several, the slots' cells interleave in the ca
 flash attention sums them in a different order than a request alone would see: logits may
 move by rounding, so bit-identity with a request run alone is only claimed for one request.
 
-The context shares the weights of a loaded `LlamaBackend` (no second copy of the model).
+The context shares the weights of a loaded `LlamaBackend` (no second copy of the model);
+its llama.cpp calls go through `llama.KVContext` (only llama.py imports llama_cpp).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import llama_cpp as ll
 import numpy as np
 
-from lookahead.backend.llama import LlamaBackend, _Batch, _last_log_error, _Rows, new_context
+from lookahead.backend.base import LogitRows
+from lookahead.backend.llama import KVContext, LlamaBackend, _Batch
 from lookahead.backend.tree_layout import TreeLayout
 from lookahead.draft import Draft
 from lookahead.errors import BackendError, ConfigError
@@ -59,22 +60,16 @@ class LlamaSlots:
         self.slots = slots
         self.max_branches = max(1, min(config.max_branches, config.n_batch - 1, MAX_SEQ // slots - 1))
         n_seq = slots * (self.max_branches + 1)
-        self._ctx = new_context(backend._model, config, n_seq, backend.n_threads)
-        self._mem = ll.llama_get_memory(self._ctx)
+        self._kv = KVContext(backend, n_seq)
         self.n_vocab = backend.n_vocab
-        self.n_ctx = int(ll.llama_n_ctx(self._ctx))
+        self.n_ctx = self._kv.n_ctx
         self.slot_ctx = self.n_ctx // slots
         self.n_batch = config.n_batch
         self._batch = _Batch(self.n_batch, self.max_branches)
         self._slots = [_Slot(k, self.max_branches) for k in range(slots)]
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            ll.llama_free(self._ctx)
-            self._ctx = None
-
-    def __del__(self) -> None:
-        self.close()
+        self._kv.close()
 
     # ---- the vocabulary is the backend's --------------------------------------------------
     def is_eog(self, token: int) -> bool:
@@ -92,7 +87,7 @@ class LlamaSlots:
     def held(self, slot: int) -> bool:
         """Whether llama.cpp still holds a cell of any of the slot's ids (tests: no leaks)."""
         s = self._slots[slot]
-        return any(ll.llama_memory_seq_pos_max(self._mem, int(q)) >= 0 for q in [*s.ids.tolist(), s.park])
+        return any(self._kv.seq_pos_max(int(q)) >= 0 for q in [*s.ids.tolist(), s.park])
 
     def acquire(self) -> int:
         for s in self._slots:
@@ -106,13 +101,13 @@ class LlamaSlots:
     def release(self, slot: int) -> None:
         s = self._slots[slot]
         for seq in [*s.ids.tolist(), s.park]:
-            ll.llama_memory_seq_rm(self._mem, int(seq), -1, -1)
+            self._kv.seq_rm(int(seq), -1, -1)
         s.busy = False
         s.n_past = s.parked = 0
         s.layout = None
 
     def reset(self) -> None:
-        ll.llama_memory_clear(self._mem, True)
+        self._kv.clear()
         for s in self._slots:
             s.busy = False
             s.n_past = s.parked = 0
@@ -126,12 +121,6 @@ class LlamaSlots:
         return s.n_past + s.parked
 
     # ---- decoding -----------------------------------------------------------------------
-    def _decode(self, n: int) -> None:
-        self._batch.struct.n_tokens = n
-        rc = ll.llama_decode(self._ctx, self._batch.struct)
-        if rc != 0:
-            raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
-
     def prefill(self, slot: int, tokens: TokenArray) -> None:
         s = self._slots[slot]
         tokens = np.asarray(tokens, dtype=np.int32)
@@ -148,12 +137,12 @@ class LlamaSlots:
         b.n_seq_id[:n] = 1
         b.seq[:n, 0] = s.base
         b.logits[:n] = 0
-        self._decode(n)
+        self._kv.decode(b, n)
         for seq in s.ids[1:].tolist():  # every branch id shares the committed prefix
-            ll.llama_memory_seq_cp(self._mem, s.base, int(seq), s.n_past, -1)
+            self._kv.seq_cp(s.base, int(seq), s.n_past, -1)
         s.n_past += n
 
-    def verify(self, items: Sequence[tuple[int, int, Draft]]) -> list[_Rows]:
+    def verify(self, items: Sequence[tuple[int, int, Draft]]) -> list[LogitRows]:
         total = sum(len(d) + 1 for _, _, d in items)
         if total > self.n_batch:
             raise BackendError(f"a step of {total} tokens exceeds n_batch {self.n_batch}")
@@ -186,13 +175,13 @@ class LlamaSlots:
                 s.layout = None
                 orders.append(np.array([e], dtype=np.int32))
             e += len(draft) + 1
-        self._decode(total)
-        return [_Rows(self._ctx, self.n_vocab, len(order), order) for order in orders]
+        self._kv.decode(b, total)
+        return [self._kv.rows(len(order), order) for order in orders]
 
     def commit(self, slot: int, draft: Draft, accepted: list[int]) -> None:
         """`LlamaBackend.commit` within the slot's ids (see its module docstring)."""
         s = self._slots[slot]
-        mem = self._mem
+        kv = self._kv
         base = s.n_past  # the root's position
         m = len(accepted)
         layout = s.layout
@@ -200,7 +189,7 @@ class LlamaSlots:
             pass
         elif m == 0:
             for leaf in range(layout.n_leaves):
-                ll.llama_memory_seq_rm(mem, s.base + leaf, base + 1, -1)
+                kv.seq_rm(s.base + leaf, base + 1, -1)
         else:
             x = accepted[-1]
             lo, _ = layout.leaf_range[x]
@@ -208,13 +197,13 @@ class LlamaSlots:
             for leaf in range(layout.n_leaves):
                 seq = s.base + leaf
                 if leaf < lo:
-                    ll.llama_memory_seq_cp(mem, seq, s.park, base + 1, -1)
+                    kv.seq_cp(seq, s.park, base + 1, -1)
                 if seq != keep:
-                    ll.llama_memory_seq_rm(mem, seq, base + 1, -1)
-            ll.llama_memory_seq_rm(mem, keep, base + m + 1, -1)
+                    kv.seq_rm(seq, base + 1, -1)
+            kv.seq_rm(keep, base + m + 1, -1)
             for seq in s.ids.tolist():
                 if seq != keep:
-                    ll.llama_memory_seq_cp(mem, keep, int(seq), base + 1, base + m + 1)
+                    kv.seq_cp(keep, int(seq), base + 1, base + m + 1)
             s.parked += layout.parked_before(x, m)
         s.layout = None
         s.n_past = base + m + 1
