@@ -187,3 +187,15 @@ def test_kv_cells_never_leak_nor_overflow(plan, slots) -> None:  # type: ignore[
     assert batch.idle
     assert model.n_used == 0 and not model.ctx
     assert model.max_used <= model.n_ctx
+
+
+def test_the_default_parallel_is_the_largest_n_up_to_4_that_pays() -> None:
+    from lookahead.multi import batching_bound, default_parallel
+
+    shape = {1: 1.0, 2: 1.8, 3: 2.2, 4: 2.4, 8: 4.0}
+    assert default_parallel(CostModel(shape, prior=shape)) == 4
+    linear = {n: float(n) for n in (1, 2, 3, 4, 8)}  # a batch costs as much as its tokens
+    assert default_parallel(CostModel(linear, prior=linear)) == 1
+    only_two = {1: 1.0, 2: 1.5, 3: 2.9, 4: 3.9, 8: 8.0}
+    assert default_parallel(CostModel(only_two, prior=only_two)) == 2
+    assert batching_bound(CostModel(shape, prior=shape), 4) == pytest.approx(4 / 2.4)
