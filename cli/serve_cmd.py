@@ -12,10 +12,13 @@ from rich.console import Console
 
 from cli.models_cmd import _RichProgress
 from lookahead.backend.llama import BackendConfig
+from lookahead.backend.slots import MAX_SEQ
 from lookahead.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.gguf import check_gguf
 from lookahead.models import default_cache_dir, resolve_model
+
+MAX_SLOTS = MAX_SEQ // 2
 
 
 def read_keys(api_key: str | None, api_key_file: Path | None) -> tuple[str, ...]:
@@ -59,6 +62,16 @@ def check_port(host: str, port: int) -> None:
             raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
+def check_parallel(parallel: int, exact: bool) -> int:
+    """The --parallel to run: 0 = decided from the cost curve at start, except that
+    --exact's bit-identity holds for one request at a time only, so it means 1."""
+    if not 0 <= parallel <= MAX_SLOTS:
+        raise ConfigError(f"--parallel must be in 0..{MAX_SLOTS} (0 = what pays on this CPU), got {parallel}")
+    if exact and parallel > 1:
+        raise ConfigError("--exact is bit-identical only for one request at a time: use --parallel 1 (or 0)")
+    return 1 if exact else parallel
+
+
 def run_serve(
     *,
     model: str,
@@ -72,6 +85,7 @@ def run_serve(
     index_file: Path | None,
     draft: DraftConfig,
     log_level: str,
+    parallel: int = 0,
 ) -> int:
     import uvicorn
 
@@ -86,6 +100,7 @@ def run_serve(
         raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    parallel = check_parallel(parallel, draft.exact)
     err = Console(stderr=True)
     check_port(host, port)
     if not keys and not is_loopback(host):
@@ -104,6 +119,7 @@ def run_serve(
         shared_index=shared_index,
         index_file=index_file,
         draft=draft,
+        parallel=parallel,
     )
     backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     app = create_app(config, lambda: load(path, backend=backend))

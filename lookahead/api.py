@@ -16,11 +16,13 @@ from pathlib import Path
 from lookahead import gguf, models
 from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
+from lookahead.backend.slots import LlamaSlots
 from lookahead.control import CostModel
 from lookahead.draft_state import DraftConfig, DraftState
 from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
 from lookahead.exactness import exact_batch_limit
 from lookahead.index.base import DraftSource
+from lookahead.multi import Batch, Request
 from lookahead.sampling import SamplingConfig
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
@@ -53,7 +55,8 @@ _SELFTEST_TEXT = (
 
 
 class Model:
-    """A loaded model with one context; generations run one at a time."""
+    """A loaded model with one context; generations run one at a time (`generate_many` and
+    `add_to` run several together in a context of their own, see `lookahead.multi`)."""
 
     def __init__(
         self, backend: LlamaBackend, name: str, cache_dir: Path, verdict: probe.Verdict | None = None
@@ -132,6 +135,11 @@ class Model:
         self._cost_ready = True
         return costs
 
+    def ensure_calibrated(self) -> None:
+        """Calibrate once (the adaptive controller needs the cost curve)."""
+        if not self._cost_ready:
+            self.calibrate()
+
     def prompt_tokens(self, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:
         """Tokens for a raw prompt, or for chat messages (a str with chat=True is one user turn)."""
         return prompt_tokens(self.backend, prompt, chat)
@@ -165,6 +173,63 @@ class Model:
         policy = self.drafting.policy(draft)
         cap = self.exact_cap() if draft.exact else None
         return generate(self.backend, tokens, config, drafter, policy, cap)
+
+    def add_to(
+        self,
+        batch: Batch,
+        tokens: Sequence[int],
+        *,
+        max_tokens: int = 256,
+        stop: Sequence[str] = (),
+        sampling: SamplingConfig | None = None,
+        draft: DraftConfig | None = None,
+        sources: Sequence[DraftSource] = (),
+    ) -> Request:
+        """Queue one generation on `batch` (see `lookahead.multi`), with the drafter and
+        policy `stream` would build for it alone. `draft.exact`'s batch-size cap is not
+        applied: bit-identity is claimed for one request at a time only."""
+        config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
+        draft = draft or DraftConfig()
+        if not draft.enabled:
+            return batch.add(tokens, config)
+        if draft.adaptive:
+            self.ensure_calibrated()
+        drafter = self.drafting.drafter(draft, extra=sources)
+        return batch.add(tokens, config, drafter, self.drafting.policy(draft))
+
+    def generate_many(
+        self,
+        prompts: Sequence[str | Sequence[dict[str, str]]],
+        *,
+        parallel: int = 4,
+        chat: bool = False,
+        max_tokens: int = 256,
+        stop: Sequence[str] = (),
+        sampling: SamplingConfig | None = None,
+        draft: DraftConfig | None = None,
+    ) -> list[Result]:
+        """Generate for every prompt, up to `parallel` at a time in one batched decode per
+        step (the rest join as others finish); the Results in the prompts' order. Each
+        request's context is the model's n_ctx / parallel."""
+        draft = draft or DraftConfig()
+        slots = LlamaSlots(self.backend, parallel)
+        try:
+            batch = Batch(slots, self.drafting.cost, budget=draft.budget, min_gain=draft.min_gain)
+            ids = [
+                self.add_to(
+                    batch, self.prompt_tokens(p, chat), max_tokens=max_tokens, stop=stop, sampling=sampling,
+                    draft=draft,
+                ).id
+                for p in prompts
+            ]
+            results: dict[int, Result] = {}
+            while not batch.idle:
+                for req, event in batch.step():
+                    if isinstance(event, Done):
+                        results[req.id] = event.result
+        finally:
+            slots.close()
+        return [results[i] for i in ids]
 
     def generate(self, prompt: str | Sequence[dict[str, str]], **kwargs: object) -> Result:
         """Like `stream`, but returns only the final Result (text, tokens, stats)."""

@@ -118,7 +118,7 @@ class Done:
 Event = Step | Done
 
 
-def _fit(draft: Draft, max_leaves: int, max_depth: int, max_nodes: int) -> Draft:
+def fit_draft(draft: Draft, max_leaves: int, max_depth: int, max_nodes: int) -> Draft:
     """The longest prefix of `draft` with at most `max_leaves` leaves, depth <= max_depth
     and at most `max_nodes` nodes.
 
@@ -143,6 +143,41 @@ def _fit(draft: Draft, max_leaves: int, max_depth: int, max_nodes: int) -> Draft
     return draft
 
 
+class Vocab(Protocol):
+    def is_eog(self, token: int) -> bool: ...
+
+    def token_bytes(self, token: int) -> bytes: ...
+
+
+def emit_tokens(vocab: Vocab, stream: TextStream, new: Sequence[int], left: int) -> tuple[list[int], str, bool]:
+    """The tokens of one step a request writes: up to an end token, a stop string or
+    `left` more tokens. Returns (tokens, text safe to show, stopped by an end or a stop).
+
+    Shared by the single-request loop and the batched one (`lookahead.multi`), so both
+    end a generation at the same token.
+    """
+    emitted: list[int] = []
+    text = ""
+    for tok in new:
+        if vocab.is_eog(tok):
+            return emitted, text, True
+        emitted.append(tok)
+        text += stream.feed(vocab.token_bytes(tok))
+        if stream.stopped:
+            return emitted, text, True
+        if len(emitted) >= left:
+            break
+    return emitted, text, False
+
+
+def check_prompt(prompt: Sequence[int], n_ctx: int) -> None:
+    """Raise GenerationError for a prompt a context of `n_ctx` cells cannot serve."""
+    if not len(prompt):
+        raise GenerationError("the prompt is empty")
+    if len(prompt) + 1 > n_ctx:
+        raise GenerationError(f"the prompt has {len(prompt)} tokens, more than the context of {n_ctx} allows")
+
+
 def generate(
     verifier: Verifier,
     prompt: Sequence[int],
@@ -161,12 +196,7 @@ def generate(
     With no drafter (or a policy that drafts nothing) this is plain decoding. A request that
     cannot be served raises GenerationError here, before the first event is asked for.
     """
-    if not len(prompt):
-        raise GenerationError("the prompt is empty")
-    if len(prompt) + 1 > verifier.n_ctx:
-        raise GenerationError(
-            f"the prompt has {len(prompt)} tokens, more than the context of {verifier.n_ctx} allows"
-        )
+    check_prompt(prompt, verifier.n_ctx)
     return _run(verifier, prompt, config, drafter, policy, node_cap, clock)
 
 
@@ -208,7 +238,7 @@ def _run(
         draft = Draft.empty()
         if drafter is not None and depth > 0 and policy.budget > 0:
             draft = drafter.propose(policy.budget, depth, policy.branches)
-            draft = _fit(draft, verifier.max_branches, depth, room)
+            draft = fit_draft(draft, verifier.max_branches, depth, room)
             draft = draft.prefix(policy.choose(draft))
         t1 = clock()
         rows = verifier.verify(root, draft)
@@ -223,19 +253,9 @@ def _run(
         stats.accepted += len(path)
         stats.k_trace.append(len(draft))
 
-        emitted: list[int] = []
-        text = ""
-        for tok in new:
-            if verifier.is_eog(tok):
-                finish = "stop"
-                break
-            emitted.append(tok)
-            text += stream.feed(verifier.token_bytes(tok))
-            if stream.stopped:
-                finish = "stop"
-                break
-            if len(out) + len(emitted) >= config.max_tokens:
-                break
+        emitted, text, stopped = emit_tokens(verifier, stream, new, config.max_tokens - len(out))
+        if stopped:
+            finish = "stop"
         out.extend(emitted)
         history.extend(new)
         if drafter is not None:

@@ -166,3 +166,106 @@ class OracleDrafter:
         if self.future[:n] != self.stream:
             return Draft.empty()
         return Draft.chain(self.future[n : n + min(budget, max_depth)])
+
+
+class FakeMultiModel:
+    """FakeModel's logits in a context of `slots` independent generations (a MultiVerifier).
+
+    Enforces what the llama.cpp multi-slot backend enforces: one decode holds at most
+    `n_batch` tokens (every root and draft node), a draft at most `max_branches` leaves, a
+    slot at most `slot_ctx` cells, the whole context at most `n_ctx`. Cells are counted per
+    slot like FakeModel's (parked cells included) and freed by `release`. `max_used` is the
+    most cells ever in use (including a verify's draft cells), `steps` the tokens per decode.
+    """
+
+    def __init__(
+        self,
+        slots: int = 4,
+        n_vocab: int = 4,
+        seed: int = 0,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        eog: Iterable[int] = (),
+    ) -> None:
+        self.model = FakeModel(n_vocab=n_vocab, seed=seed, n_ctx=n_ctx, n_batch=n_batch, eog=eog)
+        self.n_vocab = n_vocab
+        self.n_ctx = n_ctx
+        self.slots = slots
+        self.slot_ctx = n_ctx // slots
+        self.n_batch = n_batch
+        self.max_branches = 8
+        self.ctx: dict[int, list[int]] = {}
+        self.parked: dict[int, int] = {}
+        self._pending: dict[int, tuple[int, TreeLayout]] = {}  # slot -> (root, layout)
+        self.max_used = 0
+        self.steps: list[int] = []
+
+    @property
+    def n_used(self) -> int:
+        return sum(self.slot_used(s) for s in self.ctx)
+
+    def acquire(self) -> int:
+        for s in range(self.slots):
+            if s not in self.ctx:
+                self.ctx[s] = []
+                self.parked[s] = 0
+                return s
+        raise BackendError("no free slot")
+
+    def release(self, slot: int) -> None:
+        if slot not in self.ctx:
+            raise BackendError(f"slot {slot} is not in use")
+        del self.ctx[slot]
+        del self.parked[slot]
+        self._pending.pop(slot, None)
+
+    def slot_past(self, slot: int) -> int:
+        return len(self.ctx[slot])
+
+    def slot_used(self, slot: int) -> int:
+        return len(self.ctx[slot]) + self.parked[slot]
+
+    def prefill(self, slot: int, tokens: TokenArray) -> None:
+        if len(tokens) > self.n_batch:
+            raise BackendError("a prefill chunk exceeds n_batch")
+        if self.slot_used(slot) + len(tokens) + 1 > self.slot_ctx:
+            raise BackendError("the prompt does not fit the slot")
+        self.ctx[slot].extend(int(t) for t in tokens)
+        self.steps.append(len(tokens))
+
+    def verify(self, items: Sequence[tuple[int, int, Draft]]) -> list[list[np.ndarray]]:
+        total = sum(len(d) + 1 for _, _, d in items)
+        if total > self.n_batch:
+            raise BackendError(f"a decode of {total} tokens exceeds n_batch {self.n_batch}")
+        if self.n_used + total > self.n_ctx:
+            raise BackendError("the step does not fit in the context")
+        if len({s for s, _, _ in items}) != len(items):
+            raise BackendError("a slot appears twice in one decode")
+        out = []
+        for slot, root, draft in items:
+            if slot not in self.ctx:
+                raise BackendError(f"slot {slot} is not in use")
+            if self.slot_used(slot) + len(draft) + 1 > self.slot_ctx:
+                raise BackendError("the draft does not fit in the slot")
+            self._pending[slot] = (root, TreeLayout(draft, self.max_branches))
+            base = [*self.ctx[slot], root]
+            rows = [self.model.logits(base)]
+            for i in range(len(draft)):
+                rows.append(self.model.logits(base + [int(draft.tokens[j]) for j in draft.path_to(i)]))
+            out.append(rows)
+        self.max_used = max(self.max_used, self.n_used + total)
+        self.steps.append(total)
+        return out
+
+    def commit(self, slot: int, draft: Draft, accepted: list[int]) -> None:
+        root, layout = self._pending.pop(slot)
+        self.ctx[slot].append(root)
+        self.ctx[slot].extend(int(draft.tokens[i]) for i in accepted)
+        if accepted:
+            self.parked[slot] += layout.parked_before(accepted[-1], len(accepted))
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.model.token_bytes(token)

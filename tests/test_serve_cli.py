@@ -50,6 +50,9 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--api-key", " "], "--api-key"),
         (["--log-level", "loud"], "--log-level"),
         (["--k-max", "0"], "k_max"),
+        (["--parallel", "-1"], "--parallel"),
+        (["--parallel", "99"], "--parallel"),
+        (["--exact", "--parallel", "2"], "--parallel 1"),
     ],
 )
 def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:

@@ -297,6 +297,70 @@ class LlamaVocab:
 
 
 
+def new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int) -> Any:
+    """A llama.cpp context on loaded weights: one unified KV cache of `config.n_ctx` cells
+    shared by `n_seq_max` sequence ids, batches of up to `config.n_batch` tokens."""
+    cparams = ll.llama_context_default_params()
+    cparams.n_ctx = config.n_ctx
+    cparams.n_batch = config.n_batch
+    cparams.n_ubatch = config.n_batch
+    cparams.n_seq_max = n_seq_max
+    cparams.kv_unified = True
+    cparams.n_threads = threads
+    cparams.n_threads_batch = threads
+    cparams.no_perf = True
+    cparams.flash_attn_type = (
+        ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    ctx = ll.llama_init_from_model(model, cparams)
+    if not ctx:
+        raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
+    return ctx
+
+
+class KVContext:
+    """A second context on a loaded backend's weights, with the few llama.cpp calls a
+    multi-slot backend needs (`lookahead/backend/slots.py`), so that only this module
+    imports llama_cpp. Decodes `_Batch`es; the KV calls are llama_memory_seq_*."""
+
+    def __init__(self, backend: LlamaBackend, n_seq_max: int) -> None:
+        self._ctx = new_context(backend._model, backend.config, n_seq_max, backend.n_threads)
+        self._mem = ll.llama_get_memory(self._ctx)
+        self.n_ctx = int(ll.llama_n_ctx(self._ctx))
+        self.n_vocab = backend.n_vocab
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            ll.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def decode(self, batch: _Batch, n: int) -> None:
+        batch.struct.n_tokens = n
+        rc = ll.llama_decode(self._ctx, batch.struct)
+        if rc != 0:
+            raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
+
+    def rows(self, n_rows: int, order: np.ndarray) -> _Rows:
+        """Logits rows of the last decode: row r is batch entry order[r]."""
+        return _Rows(self._ctx, self.n_vocab, n_rows, order)
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        ll.llama_memory_seq_rm(self._mem, seq, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        ll.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_pos_max(self, seq: int) -> int:
+        """The last position `seq` holds a cell at, -1 if none."""
+        return int(ll.llama_memory_seq_pos_max(self._mem, seq))
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self._mem, True)
+
+
 class LlamaBackend(LlamaVocab):
     """A GGUF model and one context, ready for tree-shaped verify batches."""
 
@@ -309,24 +373,13 @@ class LlamaBackend(LlamaVocab):
         # process (an assertion on its output buffer) when n_batch < n_seq_max.
         self.max_branches = max(1, min(config.max_branches, config.n_batch - 1))
         threads = config.n_threads or default_threads()
-        cparams = ll.llama_context_default_params()
-        cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.n_batch
-        cparams.n_ubatch = config.n_batch
         # one more id than branches: the last one parks rejected cells (see commit)
-        cparams.n_seq_max = self.max_branches + 1
-        cparams.kv_unified = True
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.no_perf = True
-        cparams.flash_attn_type = (
-            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        ctx = ll.llama_init_from_model(model, cparams)
-        if not ctx:
+        try:
+            ctx = new_context(model, config, self.max_branches + 1, threads)
+        except BackendError:
             ll.llama_model_free(model)
             self._model = None  # freed: close() must not free it again
-            raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
+            raise
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
         self.n_ctx = int(ll.llama_n_ctx(ctx))

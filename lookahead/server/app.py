@@ -32,13 +32,16 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lookahead.api import Model
+from lookahead.control import CostModel
 from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Result, Step
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
+from lookahead.multi import default_parallel
 from lookahead.sampling import SamplingConfig
 from lookahead.server import errors
+from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.errors import APIError
 from lookahead.server.memory import SharedIndex, partition_of
 from lookahead.server.metrics import Metrics
@@ -63,6 +66,9 @@ class ServeConfig:
     draft: DraftConfig = field(default_factory=DraftConfig)  # per-request defaults
     shutdown_timeout: float = 10.0  # seconds the running request gets to finish on shutdown
     calibrate: bool = True  # measure the verify cost at start, not on the first request
+    # requests decoded together in one batch per step; 1 = one at a time (the serial
+    # worker), 0 = what pays on this machine (`lookahead.multi.default_parallel`)
+    parallel: int = 1
 
 
 class Service:
@@ -73,7 +79,7 @@ class Service:
         self.loader = loader
         self.metrics = Metrics()
         self.model: Model | None = None
-        self.worker: Worker | None = None
+        self.worker: Worker | BatchWorker | None = None
         self.memory: SharedIndex | None = None
         self.load_error: str | None = None
         self.ready = threading.Event()
@@ -94,7 +100,14 @@ class Service:
                     max_requests=self.config.index_max_requests,
                     path=self.config.index_file,
                 )
-            self.worker = Worker(model, self.metrics, self.config.max_queue)
+            parallel = self.config.parallel
+            if parallel == 0:
+                parallel = default_parallel(CostModel(model.calibrate()))
+                log.info("--parallel %d (from the measured cost curve)", parallel)
+            if parallel > 1:
+                self.worker = BatchWorker(model, self.metrics, self.config.max_queue, parallel, self.config.draft)
+            else:
+                self.worker = Worker(model, self.metrics, self.config.max_queue)
             self.model = model
             self.ready.set()
             log.info("model %s ready", self.config.model_id)
@@ -135,7 +148,8 @@ class Service:
                 wanted = body.max_tokens
         except LookaheadError as exc:
             raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
-        n_ctx = model.backend.n_ctx
+        assert self.worker is not None
+        n_ctx = self.worker.n_ctx  # one request's context (a slot's, with --parallel)
         room = n_ctx - len(tokens) - 1
         if room < 1:
             raise APIError(

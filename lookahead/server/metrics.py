@@ -11,6 +11,8 @@ from lookahead.engine import Stats
 disable_created_metrics()
 
 ALPHA_BUCKETS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 16)
+TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class Metrics:
@@ -28,7 +30,17 @@ class Metrics:
         )
         self.decode_tps = Gauge(p + "decode_tokens_per_second", "Decode speed of the last request", registry=r)
         self.queue_depth = Gauge(p + "queue_depth", "Requests waiting for the model", registry=r)
-        self.running = Gauge(p + "requests_running", "Requests generating now (0 or 1)", registry=r)
+        self.running = Gauge(p + "requests_running", "Requests generating now (at most --parallel)", registry=r)
+        self.slots = Gauge(p + "parallel_slots", "Requests that may generate together (--parallel)", registry=r)
+        self.batch_size = Histogram(
+            p + "batch_requests", "Requests verified in one decode, per step", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.batch_tokens = Histogram(
+            p + "batch_tokens", "Tokens in one verify decode (roots + draft nodes), per step",
+            buckets=TOKEN_BUCKETS, registry=r,
+        )
+        self.occupancy = Gauge(p + "slot_occupancy", "Share of the slots in use at the last step", registry=r)
+        self.kv_cells = Gauge(p + "kv_cells", "KV cache cells in use after the last step", registry=r)
         self.errors = Counter(p + "errors", "Errors answered, by type", ["type"], registry=r)
         self.cancelled = Counter(p + "cancelled", "Generations cancelled by a client disconnect", registry=r)
 

@@ -77,6 +77,8 @@ class Worker:
         self._running: Job | None = None
         self._closing = False
         self._mean_s = 5.0  # running mean of a generation's seconds, for Retry-After
+        self.n_ctx = model.backend.n_ctx  # what one request may use
+        metrics.slots.set(1)
         self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
         self._thread.start()
 

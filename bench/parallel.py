@@ -1,0 +1,255 @@
+"""Concurrent requests: one at a time (today's serial path) against one batched decode per
+step for all of them (`serve --parallel`), through the library API (no HTTP).
+
+    python -m bench.parallel                              # default model, full run
+    python -m bench.parallel --quick                      # 1, 2, 4 clients, fewer tokens
+    python -m bench.parallel --model smollm2-135m --clients 2 --max-tokens 8 --repeats 1
+
+C clients each send a few requests one after another (closed loop) from a mix of code-edit,
+report and prose chat prompts (bench/tasks.py), at C = 1, 2, 4, 8. Three ways to serve them:
+
+- serial: one generation at a time with drafts (what `serve --parallel 1` does); a client's
+  request waits for the ones ahead of it.
+- parallel, no drafts: C slots, every step one decode of each running request's next token.
+- parallel, drafts: the same with drafts, one node budget per step for the whole batch.
+
+Per run: aggregate tokens/s (every request's tokens over the wall time of the level) and
+per-request inter-token latency (its decode time after the first token over its tokens
+after the first), p50 and p95 over requests. Beside each C, the bound C * t(1) / t(C) from
+this machine's measured cost curve: the most batching C plain requests can gain in
+aggregate. Results: bench/results/parallel-<model>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from bench.tasks import Task, load_tasks
+from lookahead import models
+from lookahead.api import Model, load
+from lookahead.backend.llama import BackendConfig
+from lookahead.backend.slots import LlamaSlots
+from lookahead.control import CostModel
+from lookahead.draft_state import DraftConfig
+from lookahead.engine import Done, Step
+from lookahead.multi import Batch, batching_bound
+
+RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("code_edit", "report", "prose")
+MODES = ("serial", "parallel, no drafts", "parallel, drafts")
+PLAIN = DraftConfig(enabled=False)
+DRAFTS = DraftConfig()
+
+
+def workload(clients: int, per_client: int) -> list[list[Task]]:
+    """Each client's requests, in order: the kinds mixed across clients and turns."""
+    tasks = load_tasks(KINDS)
+    by_kind = {k: [t for t in tasks if t.kind == k] for k in KINDS}
+    out = []
+    for c in range(clients):
+        mine = []
+        for j in range(per_client):
+            kind = KINDS[(c + j) % len(KINDS)]
+            pool = by_kind[kind]
+            mine.append(pool[(c * per_client + j) % len(pool)])
+        out.append(mine)
+    return out
+
+
+def _itl(times: list[float], n_tokens: int) -> float | None:
+    """Seconds per token after the first, from the times each step's tokens arrived."""
+    if n_tokens < 2 or len(times) < 2:
+        return None
+    return (times[-1] - times[0]) / (n_tokens - 1)
+
+
+def run_serial(model: Model, queues: list[list[Task]], max_tokens: int) -> dict[str, Any]:
+    """One request at a time, clients served in turn (a FIFO of their requests)."""
+    order = [q[j] for j in range(max(map(len, queues))) for q in queues if j < len(q)]
+    itls: list[float] = []
+    tokens = 0
+    t0 = time.perf_counter()
+    for task in order:
+        stamps: list[float] = []
+        for event in model.stream(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=DRAFTS):
+            if isinstance(event, Step) and event.tokens:
+                stamps.append(time.perf_counter())
+            elif isinstance(event, Done):
+                tokens += event.result.stats.n_tokens
+                itl = _itl(stamps, event.result.stats.n_tokens)
+                if itl is not None:
+                    itls.append(itl)
+    return {"wall_s": time.perf_counter() - t0, "tokens": tokens, "itl": itls}
+
+
+def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool) -> dict[str, Any]:
+    """All clients at once, each in a slot; a client's next request joins when its last ends."""
+    slots = LlamaSlots(model.backend, len(queues))
+    try:
+        batch = Batch(slots, model.drafting.cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
+        pending = [deque(q) for q in queues]
+        owner: dict[int, int] = {}
+        stamps: dict[int, list[float]] = {}
+        itls: list[float] = []
+        tokens = 0
+        sizes: list[int] = []
+
+        def send(client: int) -> None:
+            if not pending[client]:
+                return
+            task = pending[client].popleft()
+            prompt = model.prompt_tokens(task.prompt, chat=task.chat)
+            req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=DRAFTS if drafts else PLAIN)
+            owner[req.id] = client
+            stamps[req.id] = []
+
+        t0 = time.perf_counter()
+        for c in range(len(queues)):
+            send(c)
+        while not batch.idle:
+            events = batch.step()
+            now = time.perf_counter()
+            if batch.last.requests:
+                sizes.append(batch.last.requests)
+            for req, event in events:
+                if isinstance(event, Step) and event.tokens:
+                    stamps[req.id].append(now)
+                elif isinstance(event, Done):
+                    tokens += event.result.stats.n_tokens
+                    itl = _itl(stamps.pop(req.id), event.result.stats.n_tokens)
+                    if itl is not None:
+                        itls.append(itl)
+                    send(owner.pop(req.id))
+        wall = time.perf_counter() - t0
+    finally:
+        slots.close()
+    return {"wall_s": wall, "tokens": tokens, "itl": itls, "mean_batch": statistics.fmean(sizes) if sizes else 0.0}
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=models.DEFAULT_MODEL)
+    ap.add_argument("--clients", default="1,2,4,8", help="comma-separated concurrency levels")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--per-client", type=int, default=3, help="requests each client sends in turn")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="1, 2, 4 clients, 64 tokens, 2 requests each, 1 repeat")
+    ap.add_argument("--suffix", default="", help="added to the result files' names")
+    args = ap.parse_args(argv)
+    levels = [int(c) for c in args.clients.split(",") if c.strip()]
+    if args.quick:
+        levels = [c for c in levels if c <= 4] or [1, 2]
+        args.max_tokens, args.per_client, args.repeats = min(args.max_tokens, 64), 2, 1
+
+    path = models.resolve_model(args.model, models.default_cache_dir())
+    model = load(path, backend=BackendConfig(n_ctx=8192, n_threads=args.threads))
+    costs = model.calibrate()
+    cost = CostModel(costs)
+    bounds = {c: batching_bound(cost, c) for c in levels}
+    print("cost curve t(n)/t(1): " + ", ".join(f"{n}: {t / costs[1]:.2f}" for n, t in sorted(costs.items())))
+    print("bound C*t(1)/t(C): " + ", ".join(f"C={c}: {b:.2f}" for c, b in bounds.items()), flush=True)
+    model.generate("Write a Python function that returns the square of x.", chat=True, max_tokens=8)  # warm
+
+    records: list[dict[str, Any]] = []
+    for rep in range(args.repeats):
+        for c in levels:
+            queues = workload(c, args.per_client)
+            k = (rep + c) % len(MODES)
+            for mode in MODES[k:] + MODES[:k]:  # interleaved, so drift hits every mode alike
+                if mode == "serial":
+                    run = run_serial(model, queues, args.max_tokens)
+                else:
+                    run = run_batched(model, queues, args.max_tokens, drafts=mode.endswith(", drafts"))
+                records.append({"mode": mode, "clients": c, "repeat": rep, **run})
+                print(f"repeat {rep + 1} C={c} {mode}: {run['tokens'] / run['wall_s']:.1f} tok/s", flush=True)
+
+    rows = summarize(records, levels, bounds)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    from lookahead.backend.probe import cpu_model
+
+    info = {
+        "model": args.model,
+        "cpu": f"{cpu_model()} ({platform.machine()})",
+        "threads": args.threads,
+        "commit": commit.stdout.strip(),
+        "repeats": args.repeats,
+        "max_tokens": args.max_tokens,
+        "per_client": args.per_client,
+        "costs": {str(n): t for n, t in sorted(costs.items())},
+        "bounds": {str(c): b for c, b in bounds.items()},
+        "command": "python -m bench.parallel " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    # the model name has dots ("qwen2.5-coder-0.5b"): build each name whole, no with_suffix
+    stem = f"parallel-{Path(args.model).stem if args.model.endswith('.gguf') else args.model}{args.suffix}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"info": info, "runs": records, "rows": rows}, indent=1))
+    text = markdown(info, rows)
+    (RESULTS / f"{stem}.md").write_text(text)
+    print(text)
+
+
+def summarize(records: list[dict[str, Any]], levels: list[int], bounds: dict[int, float]) -> list[dict[str, Any]]:
+    rows = []
+    for c in levels:
+        for mode in MODES:
+            rs = [r for r in records if r["clients"] == c and r["mode"] == mode]
+            if not rs:
+                continue
+            itl = [x for r in rs for x in r["itl"]]
+            rows.append({
+                "clients": c,
+                "mode": mode,
+                "tokens_per_s": statistics.median(r["tokens"] / r["wall_s"] for r in rs),
+                "itl_p50_ms": 1000 * _pct(itl, 0.5),
+                "itl_p95_ms": 1000 * _pct(itl, 0.95),
+                "mean_batch": statistics.fmean(r.get("mean_batch", 1.0) for r in rs),
+                "bound": bounds[c],
+            })
+    return rows
+
+
+def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    out = [
+        f"# Concurrent requests: {info['model']}",
+        "",
+        f"Machine: {info['cpu']}, {info['threads']} threads; commit {info['commit']}; "
+        f"{info['repeats']} interleaved repeat(s); `{info['command'].strip()}`. Greedy decoding, "
+        f"{info['max_tokens']} tokens at most per request, {info['per_client']} requests per client "
+        "(code edits, reports, prose). Aggregate tokens/s over the whole level; inter-token latency "
+        "(ITL) per request, p50 / p95 over requests. Bound: C * t(1) / t(C) from this machine's "
+        "measured cost curve, the most batching C plain requests can gain in aggregate.",
+        "",
+        "| clients | bound | mode | tokens/s | vs serial | ITL p50 (ms) | ITL p95 (ms) | mean batch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        serial = next(x for x in rows if x["clients"] == r["clients"] and x["mode"] == "serial")
+        rel = r["tokens_per_s"] / serial["tokens_per_s"] if serial["tokens_per_s"] else float("nan")
+        batch = f"{r['mean_batch']:.2f}" if r["mode"] != "serial" else "1"
+        out.append(
+            f"| {r['clients']} | {r['bound']:.2f} | {r['mode']} | {r['tokens_per_s']:.1f} | {rel:.2f}x | "
+            f"{r['itl_p50_ms']:.1f} | {r['itl_p95_ms']:.1f} | {batch} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""One node budget for a whole batched step: which requests' draft nodes to verify.
+
+With several requests in one decode, the step costs t(B + N) for B roots and N draft nodes
+and yields B + sum of P'(i) expected tokens (P'(i): a node's calibrated probability of
+being accepted, see `lookahead.control`). Draft nodes of every request compete for the same
+batch, so they are ranked together: a greedy merge takes, at each turn, the best next node
+of any request (nodes of one request are taken in its draft's order, so each request
+verifies a prefix of its draft: a valid tree). Along that ranking the step's expected
+tokens per second is computed for every count, and the best count is kept only if it beats
+verifying the roots alone by `min_gain`. So a prose request with poor acceptance gets no
+nodes, a copyable one gets a long draft, and adding a request never makes a step slower
+per token than decoding its roots alone would be.
+
+Fair share: each request may take at most its share of the node budget (an equal split,
+with what the others do not want handed on), so one long copyable request cannot starve
+the rest of their drafts.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from lookahead.control import CostModel
+
+Floats = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One request's candidate nodes for this step.
+
+    `gains[i]`: expected accepted tokens node i adds (its P'), in draft order, already cut
+    to what the request may verify (room, depth, branches). `forced`: nodes verified
+    whatever they are worth (a fixed-K policy), taken before the ranked ones.
+    """
+
+    gains: Floats
+    forced: int = 0
+
+    @property
+    def want(self) -> int:
+        return max(len(self.gains), self.forced)
+
+
+def fair_shares(wants: Sequence[int], budget: int) -> list[int]:
+    """Water-filling: nobody gets more than they want, the rest is split equally."""
+    shares = [0] * len(wants)
+    left = max(0, budget)
+    open_ = [i for i, w in enumerate(wants) if w > 0]
+    while left > 0 and open_:
+        each = max(1, left // len(open_))
+        nxt = []
+        for i in open_:
+            take = min(each, wants[i] - shares[i], left)
+            shares[i] += take
+            left -= take
+            if shares[i] < wants[i]:
+                nxt.append(i)
+            if left == 0:
+                break
+        open_ = nxt
+    return shares
+
+
+def allocate(offers: Sequence[Offer], cost: CostModel, budget: int, min_gain: float = 1.0) -> list[int]:
+    """Nodes to verify per offer (a prefix count each), for one batch of len(offers) roots.
+
+    `budget`: most draft nodes in the whole batch. The result never holds more than an
+    offer's share (see `fair_shares`).
+    """
+    roots = len(offers)
+    if roots == 0:
+        return []
+    shares = fair_shares([o.want for o in offers], budget)
+    counts = [min(o.forced, s) for o, s in zip(offers, shares, strict=True)]
+    forced_gain = sum(float(np.sum(o.gains[:c])) for o, c in zip(offers, counts, strict=True))
+    base_nodes = sum(counts)
+    # the ranking: a heap of each offer's next node by gain (ties: earlier offer first)
+    heap: list[tuple[float, int]] = []
+    for k, o in enumerate(offers):
+        if counts[k] < min(len(o.gains), shares[k]):
+            heapq.heappush(heap, (-float(o.gains[counts[k]]), k))
+    order: list[int] = []
+    gains: list[float] = []
+    taken = list(counts)
+    while heap:
+        g, k = heapq.heappop(heap)
+        order.append(k)
+        gains.append(-g)
+        taken[k] += 1
+        if taken[k] < min(len(offers[k].gains), shares[k]):
+            heapq.heappush(heap, (-float(offers[k].gains[taken[k]]), k))
+    if not order:
+        return counts
+    t = cost.table(roots + base_nodes + len(order))
+    n = np.arange(len(order) + 1)
+    expected = roots + forced_gain + np.concatenate([[0.0], np.cumsum(gains)])
+    rate = expected / t[roots + base_nodes + n]
+    best = int(np.argmax(rate))
+    if best == 0 or rate[best] < min_gain * rate[0]:
+        return counts
+    for k in order[:best]:
+        counts[k] += 1
+    return counts

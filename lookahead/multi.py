@@ -1,0 +1,396 @@
+"""Several generations stepping together: one batched decode per step (continuous batching).
+
+On a CPU a batch of n tokens costs far less than n one-token steps, so requests that run at
+the same time share each verify: every step is ONE decode holding each ready request's root
+token and its draft tree, each request in a slot of its own (its own sequence ids, KV cells
+and parked cells, see `lookahead.backend.multi`). Per request, the loop is the engine's
+(`lookahead.engine`): the same acceptance rule, its own sampler (so its own seeded stream),
+drafter, policy, stop strings, max_tokens and text stream. So each request writes exactly
+what it would write alone, given the same logits (on a batch-invariant model; with llama.cpp
+several requests interleave their cells, so bit-identity is only claimed for one request).
+
+Between steps, requests join (prefill in chunks of at most `chunk` tokens per step, so a long
+prompt does not stall the others for long) and leave: a finished or cancelled request frees
+its slot's cells at once. Which draft nodes go into a step is decided for the whole batch
+(`lookahead.allocate`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from lookahead.accept import accept
+from lookahead.allocate import Offer, allocate
+from lookahead.backend.base import LogitRows
+from lookahead.control import Controller, CostModel, FixedPolicy
+from lookahead.draft import Draft
+from lookahead.engine import (
+    Done,
+    Drafter,
+    Event,
+    GenerationConfig,
+    Policy,
+    Result,
+    Stats,
+    Step,
+    check_prompt,
+    emit_tokens,
+    fit_draft,
+)
+from lookahead.sampling import Sampler
+from lookahead.text import TextStream
+from lookahead.tokens import TokenArray
+
+# Prompt tokens a joining request decodes per step: large enough that prefill runs near the
+# batched speed, small enough that the others wait about one more step for it.
+PREFILL_CHUNK = 96
+
+
+class MultiVerifier(Protocol):
+    """A model whose context holds `slots` independent generations.
+
+    Each slot has its own committed prefix (`slot_past`) and cells (`slot_used`, with its
+    parked ones), at most `slot_ctx` of them; `n_used` counts every slot's cells.
+    """
+
+    n_vocab: int
+    n_ctx: int  # cells in the whole context
+    slot_ctx: int  # cells one slot may use
+    n_batch: int  # most tokens in one decode (every root and draft node of a step)
+    max_branches: int  # most leaves per request's draft
+    slots: int
+
+    @property
+    def n_used(self) -> int: ...
+
+    def acquire(self) -> int:
+        """A free slot (its cache empty); BackendError if none is free."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """Free every cell of `slot` (committed, draft and parked) and the slot itself."""
+        ...
+
+    def slot_past(self, slot: int) -> int: ...
+
+    def slot_used(self, slot: int) -> int: ...
+
+    def prefill(self, slot: int, tokens: TokenArray) -> None:
+        """Decode `tokens` (one chunk, at most n_batch) after the slot's committed prefix."""
+        ...
+
+    def verify(self, items: Sequence[tuple[int, int, Draft]]) -> Sequence[LogitRows]:
+        """One decode of every (slot, root, draft); the logits rows per item."""
+        ...
+
+    def commit(self, slot: int, draft: Draft, accepted: list[int]) -> None:
+        """As `Verifier.commit`, for the slot's part of the last verify."""
+        ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def token_bytes(self, token: int) -> bytes: ...
+
+
+@dataclass
+class Request:
+    """One generation in the batch: what the engine's loop keeps, per request."""
+
+    id: int
+    prompt: list[int]
+    config: GenerationConfig
+    drafter: Drafter | None
+    policy: Policy
+    sampler: Sampler
+    stream: TextStream
+    slot: int = -1  # -1: waiting for a slot
+    prefilled: int = 0  # prompt tokens (of prompt[:-1]) decoded so far
+    history: list[int] = field(default_factory=list)
+    out: list[int] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    root: int = 0
+    t_start: float = 0.0
+    started: bool = False  # prefill done, drafter told the prompt
+    finish: str = "length"
+    done: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Prefill finished: the request takes part in verify steps."""
+        return self.slot >= 0 and self.prefilled >= len(self.prompt) - 1
+
+
+@dataclass
+class StepInfo:
+    """What the last step did, for metrics: requests in the decode, tokens in it."""
+
+    requests: int = 0  # requests whose root was verified
+    tokens: int = 0  # tokens in the verify decode (roots + draft nodes)
+    prefill: int = 0  # prompt tokens prefilled this step
+    verify_s: float = 0.0
+
+
+def own_controller(shared: Controller) -> Controller:
+    """A controller for one request in a batch: the shared acceptance statistics (what is
+    learned carries over between requests, as with one request at a time) but its own
+    shadow scorer and decision state, and a private cost model: a request's own share of a
+    batch says nothing about t(n), which the batch observes once for its whole size."""
+    ctl = Controller(shared.config, CostModel(shared.cost.measured or None))
+    ctl.stats = shared.stats
+    return ctl
+
+
+class Batch:
+    """The requests generating together and the loop that steps them.
+
+    Use: `add` requests (any time between steps), call `step()` until `idle`; each step
+    returns the (request, event) pairs it produced, a request's last being its Done.
+    `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
+    whole batch); `budget` the most draft nodes per step.
+    """
+
+    def __init__(
+        self,
+        verifier: MultiVerifier,
+        cost: CostModel | None = None,
+        budget: int = 64,
+        min_gain: float = 1.0,
+        chunk: int = PREFILL_CHUNK,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.verifier = verifier
+        self.cost = cost or CostModel()
+        self.budget = budget
+        self.min_gain = min_gain
+        self.chunk = max(1, chunk)
+        self.clock = clock
+        self.waiting: deque[Request] = deque()
+        self.active: list[Request] = []
+        self.last = StepInfo()
+        self._ids = itertools.count()
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.active
+
+    @property
+    def free_slots(self) -> int:
+        return self.verifier.slots - len(self.active)
+
+    def add(
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        drafter: Drafter | None = None,
+        policy: Policy | None = None,
+    ) -> Request:
+        """Queue a generation; it joins at the next step with a free slot.
+
+        Raises GenerationError at once for a prompt a slot cannot hold.
+        """
+        check_prompt(prompt, self.verifier.slot_ctx)
+        if isinstance(policy, Controller):
+            policy = own_controller(policy)
+        req = Request(
+            id=next(self._ids),
+            prompt=[int(t) for t in prompt],
+            config=config,
+            drafter=drafter,
+            policy=policy or FixedPolicy(0),
+            sampler=Sampler(config.sampling),
+            stream=TextStream(config.stop),
+        )
+        req.history = list(req.prompt)
+        req.root = req.prompt[-1]
+        self.waiting.append(req)
+        return req
+
+    def cancel(self, req: Request) -> None:
+        """Drop `req` now: its slot's cells are freed before the next step."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.active:
+            self.active.remove(req)
+            self.verifier.release(req.slot)
+        req.done = True
+
+    def close(self) -> None:
+        """Drop every request (an error in a step, shutting down)."""
+        for req in [*self.waiting, *self.active]:
+            self.cancel(req)
+
+    # ---- one step -----------------------------------------------------------------------
+    def step(self) -> list[tuple[Request, Event]]:
+        """Admit, prefill one chunk, verify every ready request in one decode, accept."""
+        v = self.verifier
+        while self.waiting and self.free_slots > 0:
+            req = self.waiting.popleft()
+            req.slot = v.acquire()
+            self.active.append(req)
+        info = StepInfo()
+        self._prefill(info)
+        ready = [r for r in self.active if r.ready]
+        events: list[tuple[Request, Event]] = []
+        if ready:
+            events = self._verify(ready, info)
+        self.last = info
+        return events
+
+    def _prefill(self, info: StepInfo) -> None:
+        """Up to `chunk` prompt tokens, oldest request first; a request whose prompt is in
+        joins this step's verify."""
+        left = self.chunk
+        for req in self.active:
+            todo = len(req.prompt) - 1 - req.prefilled
+            if todo > 0 and left > 0:
+                n = min(todo, left, self.verifier.n_batch)
+                t0 = self.clock()
+                chunk = np.asarray(req.prompt[req.prefilled : req.prefilled + n], np.int32)
+                self.verifier.prefill(req.slot, chunk)
+                req.stats.prefill_s += self.clock() - t0
+                req.prefilled += n
+                left -= n
+                info.prefill += n
+            if req.ready and not req.started:
+                req.started = True
+                if req.drafter is not None:
+                    req.drafter.observe(req.prompt)
+                req.t_start = self.clock()
+
+    def _propose(self, req: Request, room: int) -> Draft:
+        """The request's draft for this step, cut to what it may verify (as the engine does)."""
+        v = self.verifier
+        policy = req.policy
+        room = min(room, v.slot_ctx - v.slot_used(req.slot) - 2)
+        want = req.config.max_tokens - len(req.out) - 1
+        depth = min(policy.max_depth, room, want)
+        if req.drafter is None or depth <= 0 or policy.budget <= 0:
+            return Draft.empty()
+        draft = req.drafter.propose(policy.budget, depth, policy.branches)
+        return fit_draft(draft, v.max_branches, depth, room)
+
+    def _offer(self, req: Request, draft: Draft) -> Offer:
+        policy = req.policy
+        if isinstance(policy, Controller):
+            policy.choose(draft)  # its shadow scoring and decision state, as alone
+            n = policy.limit(draft)
+            gains = np.diff(policy.expected_tokens(draft, n))
+            return Offer(gains)
+        n = policy.choose(draft)
+        return Offer(np.ones(n), forced=n)
+
+    def _verify(self, ready: list[Request], info: StepInfo) -> list[tuple[Request, Event]]:
+        v = self.verifier
+        t0 = self.clock()
+        nodes = min(self.budget, v.n_batch - len(ready))
+        drafts = [self._propose(r, nodes) for r in ready]
+        offers = [self._offer(r, d) for r, d in zip(ready, drafts, strict=True)]
+        counts = allocate(offers, self.cost, nodes, self.min_gain)
+        drafts = [d.prefix(n) for d, n in zip(drafts, counts, strict=True)]
+        t1 = self.clock()
+        rows = v.verify([(r.slot, r.root, d) for r, d in zip(ready, drafts, strict=True)])
+        t2 = self.clock()
+        size = len(ready) + sum(len(d) for d in drafts)
+        self.cost.observe(size, t2 - t1)
+        info.requests, info.tokens, info.verify_s = len(ready), size, t2 - t1
+        events: list[tuple[Request, Event]] = []
+        for req, draft, r in zip(ready, drafts, rows, strict=True):
+            events.extend(self._accept(req, draft, r, t2 - t1, (t1 - t0) / len(ready)))
+        return events
+
+    def _accept(
+        self, req: Request, draft: Draft, rows: LogitRows, verify_s: float, draft_s: float
+    ) -> list[tuple[Request, Event]]:
+        """The engine's step for one request: accept, commit, observe, emit."""
+        v = self.verifier
+        path, bonus = accept(draft, rows, req.sampler.pick, req.history)
+        v.commit(req.slot, draft, path)
+        req.policy.observe(draft, path, verify_s, bonus)
+        new = [int(draft.tokens[i]) for i in path] + [bonus]
+        st = req.stats
+        st.steps += 1
+        st.drafted += len(draft)
+        st.accepted += len(path)
+        st.k_trace.append(len(draft))
+        emitted, text, stopped = emit_tokens(v, req.stream, new, req.config.max_tokens - len(req.out))
+        if stopped:
+            req.finish = "stop"
+        req.out.extend(emitted)
+        req.history.extend(new)
+        if req.drafter is not None:
+            req.drafter.observe(new)
+        req.root = bonus
+        full = v.slot_used(req.slot) + 1 >= v.slot_ctx
+        done = stopped or len(req.out) >= req.config.max_tokens or full
+        if done:
+            text += req.stream.finish()
+        st.decode_s = self.clock() - req.t_start
+        st.n_tokens = len(req.out)
+        step = Step(
+            tokens=emitted,
+            text=text,
+            drafted=len(draft),
+            accepted=len(path),
+            depth=draft.max_depth,
+            verify_s=verify_s,
+            draft_s=draft_s,
+            alpha=req.policy.alpha,
+        )
+        out: list[tuple[Request, Event]] = [(req, step)]
+        if done:
+            self.active.remove(req)
+            v.release(req.slot)  # free its cells now: the others go on
+            req.done = True
+            context_full = req.finish == "length" and len(req.out) < req.config.max_tokens
+            result = Result(req.stream.text, req.out, st, req.finish, context_full)
+            out.append((req, Done(result)))
+        return out
+
+
+def run_batch(
+    verifier: MultiVerifier,
+    jobs: Sequence[tuple[Sequence[int], GenerationConfig, Drafter | None, Policy | None]],
+    cost: CostModel | None = None,
+    budget: int = 64,
+) -> Iterator[tuple[int, Event]]:
+    """Run `jobs` (prompt, config, drafter, policy) together to the end; yields (job index,
+    event) as the steps produce them. For tests and the bench."""
+    batch = Batch(verifier, cost, budget)
+    index: dict[int, int] = {}
+    for i, (prompt, config, drafter, policy) in enumerate(jobs):
+        index[batch.add(prompt, config, drafter, policy).id] = i
+    while not batch.idle:
+        for req, event in batch.step():
+            yield index[req.id], event
+
+
+
+
+
+# ---- how many requests to batch ----------------------------------------------------------
+
+# Batching N requests pays when N one-token steps cost clearly more than one step of N
+# tokens: N * t(1) / t(N) is the most a batch of N can speed up plain decoding in aggregate.
+PAYS = 1.2
+MAX_AUTO_PARALLEL = 4
+
+
+def batching_bound(cost: CostModel, n: int) -> float:
+    """N * t(1) / t(N): aggregate speedup bound of decoding N requests in one batch."""
+    return n * cost.seconds(1) / cost.seconds(n)
+
+
+def default_parallel(cost: CostModel) -> int:
+    """The largest N <= MAX_AUTO_PARALLEL whose batching bound reaches PAYS (else 1)."""
+    best = 1
+    for n in range(2, MAX_AUTO_PARALLEL + 1):
+        if batching_bound(cost, n) >= PAYS:
+            best = n
+    return best

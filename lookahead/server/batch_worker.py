@@ -1,0 +1,196 @@
+"""Up to N generations at once, in one batched decode per step (`serve --parallel N`).
+
+The same contract as `Worker` (submit, busy, close; events on each job's queue, END last),
+so the routes do not know which one runs. One thread steps a `lookahead.multi.Batch` on a
+multi-slot context (`lookahead.backend.slots`): between two steps it takes waiting jobs
+into free slots (their prefill goes in chunks, so running requests keep writing) and drops
+cancelled ones, whose cells are freed at once. The node budget of each step is shared by
+the requests (`lookahead.allocate`: ranked by expected accepted tokens, each capped at a
+fair share). A failed step fails the requests in it, never the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+
+from lookahead.api import Model
+from lookahead.backend.slots import LlamaSlots
+from lookahead.draft_state import DraftConfig
+from lookahead.engine import Done
+from lookahead.errors import LookaheadError
+from lookahead.multi import Batch, Request
+from lookahead.server.metrics import Metrics
+from lookahead.server.worker import END, Job, QueueFull, ShuttingDown
+
+log = logging.getLogger("lookahead.server")
+
+
+class BatchWorker:
+    def __init__(
+        self, model: Model, metrics: Metrics, max_queue: int, parallel: int, draft: DraftConfig | None = None
+    ) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.max_queue = max_queue
+        self.parallel = parallel
+        self.slots = LlamaSlots(model.backend, parallel)
+        self.n_ctx = self.slots.slot_ctx  # what one request may use
+        draft = draft or DraftConfig()
+        # the step's node budget: what one request may verify alone, shared by the batch
+        self.batch = Batch(self.slots, model.drafting.cost, budget=draft.budget, min_gain=draft.min_gain)
+        self._req_of: dict[int, Request] = {}  # id(job) -> its request
+        self._waiting: deque[Job] = deque()
+        self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
+        self._cv = threading.Condition()
+        self._closing = False
+        self._mean_s = 5.0  # running mean of a generation's seconds, for Retry-After
+        self._started: dict[int, float] = {}
+        metrics.slots.set(parallel)
+        self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._cv:
+            if self._closing:
+                raise ShuttingDown
+            free = self.parallel - len(self._jobs)
+            if len(self._waiting) >= self.max_queue + max(0, free):
+                ahead = len(self._waiting) + len(self._jobs)
+                raise QueueFull(max(1, math.ceil(self._mean_s * ahead / self.parallel)))
+            self._waiting.append(job)
+            self.metrics.queue_depth.set(len(self._waiting))
+            self._cv.notify()
+
+    @property
+    def busy(self) -> bool:
+        with self._cv:
+            return bool(self._jobs) or bool(self._waiting)
+
+    def close(self, timeout: float) -> None:
+        """Stop taking work; the waiting jobs end at once, the running ones get `timeout`."""
+        with self._cv:
+            self._closing = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            self._cv.notify_all()
+        for job in waiting:
+            job.emit(ShuttingDown())
+            job.emit(END)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            with self._cv:
+                running = list(self._jobs.values())
+            for job in running:
+                job.cancel()
+            self._thread.join(timeout=30)
+        self.slots.close()
+
+    # ---- the thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._waiting or self._jobs or self._closing)
+                if self._closing and not self._jobs:
+                    return
+                joining: list[Job] = []
+                while self._waiting and len(self._jobs) + len(joining) < self.parallel:
+                    joining.append(self._waiting.popleft())
+                self.metrics.queue_depth.set(len(self._waiting))
+            for job in joining:
+                self._join(job)
+            self._drop_cancelled()
+            if self.batch.idle:
+                continue
+            self._step()
+
+    def _join(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            job.emit(END)
+            return
+        try:
+            req = self._request(job)
+        except LookaheadError as exc:
+            job.emit(exc)
+            job.emit(END)
+            return
+        except Exception as exc:  # a bug: this request fails, the service goes on
+            log.exception("could not start a generation")
+            job.emit(exc)
+            job.emit(END)
+            return
+        with self._cv:
+            self._jobs[req.id] = job
+        self._started[req.id] = time.perf_counter()
+        self._req_of[id(job)] = req
+
+    def _request(self, job: Job) -> Request:
+        """The job as a batch request: the pieces `Model.stream` builds for one generation."""
+        return self.model.add_to(
+            self.batch,
+            job.tokens,
+            max_tokens=job.max_tokens,
+            stop=job.stop,
+            sampling=job.sampling,
+            draft=job.draft,
+            sources=job.sources,
+        )
+
+    def _drop_cancelled(self) -> None:
+        for rid, job in list(self._jobs.items()):
+            if job.cancelled.is_set():
+                self.batch.cancel(self._req_of.pop(id(job)))
+                self.metrics.cancelled.inc()
+                self._end(rid)
+                self._gauges()
+
+    def _gauges(self) -> None:
+        m = self.metrics
+        m.running.set(len(self.batch.active))
+        m.occupancy.set(len(self.batch.active) / self.parallel)
+        m.kv_cells.set(self.slots.n_used)
+
+    def _end(self, rid: int) -> None:
+        with self._cv:
+            job = self._jobs.pop(rid)
+        self._req_of.pop(id(job), None)
+        seconds = time.perf_counter() - self._started.pop(rid, time.perf_counter())
+        self._mean_s += 0.2 * (seconds - self._mean_s)
+        job.emit(END)
+
+    def _step(self) -> None:
+        try:
+            events = self.batch.step()
+        except Exception as exc:  # the whole step failed: its requests fail, the thread goes on
+            if not isinstance(exc, LookaheadError):
+                log.exception("a batched step failed")
+            for rid, job in list(self._jobs.items()):
+                job.emit(exc)
+                self._end(rid)
+            self.batch.close()
+            self.slots.reset()
+            self._gauges()
+            return
+        info = self.batch.last
+        m = self.metrics
+        if info.requests:
+            m.batch_size.observe(info.requests)
+            m.batch_tokens.observe(info.tokens)
+        self._gauges()
+        for req, event in events:
+            running = self._jobs.get(req.id)
+            if running is None or running.cancelled.is_set():
+                continue  # a cancelled job is dropped before the next step
+            job = running
+            job.emit(event)
+            if isinstance(event, Done):
+                m.finished(len(job.tokens), event.result.stats)
+                if job.on_done is not None:
+                    try:
+                        job.on_done(job, event.result)
+                    except Exception:  # a bug in remembering: the answer stands
+                        log.exception("on_done failed")
+                self._end(req.id)

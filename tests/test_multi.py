@@ -1,0 +1,201 @@
+"""Batched generations on the fake multi-slot backend: each request writes what it would
+write alone, cancelling one changes nobody else, and no KV cell is ever leaked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.engine import Done, GenerationConfig, GenerationError, Result, Step, generate
+from lookahead.multi import Batch, run_batch
+from lookahead.sampling import SamplingConfig
+from tests.fake_backend import FakeModel, FakeMultiModel, TreeDrafter
+
+VOCAB = 16
+
+
+def prompt(i: int, n: int = 3) -> list[int]:
+    rng = np.random.default_rng(100 + i)
+    return [int(t) for t in rng.integers(0, VOCAB, n)]
+
+
+def config(i: int, sampled: bool, max_tokens: int = 40) -> GenerationConfig:
+    sampling = SamplingConfig(temperature=0.9, seed=7 + i) if sampled else SamplingConfig()
+    return GenerationConfig(max_tokens=max_tokens, sampling=sampling)
+
+
+def policy(i: int) -> FixedPolicy | Controller | None:
+    """A mix: fixed-K trees, the adaptive controller, plain decoding."""
+    kind = i % 3
+    if kind == 0:
+        return FixedPolicy(3, budget=6, branches=2)
+    if kind == 1:
+        return Controller(ControlConfig(budget=8, branches=2, min_gain=0.5))
+    return None
+
+
+def solo(i: int, cfg: GenerationConfig, p: list[int], n_ctx: int) -> Result:
+    model = FakeModel(n_vocab=VOCAB, seed=1, n_ctx=n_ctx)
+    drafter = TreeDrafter(VOCAB) if policy(i) is not None else None
+    *_, done = generate(model, p, cfg, drafter, policy(i))
+    assert isinstance(done, Done)
+    return done.result
+
+
+def job(i: int, sampled: bool, max_tokens: int = 40):  # type: ignore[no-untyped-def]
+    pol = policy(i)
+    return prompt(i, 3 + i), config(i, sampled, max_tokens), (TreeDrafter(VOCAB) if pol else None), pol
+
+
+def finished(events) -> dict[int, Result]:  # type: ignore[no-untyped-def]
+    out: dict[int, Result] = {}
+    for i, event in events:
+        if isinstance(event, Done):
+            out[i] = event.result
+    return out
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_each_request_writes_what_it_would_write_alone(sampled: bool) -> None:
+    model = FakeMultiModel(slots=4, n_vocab=VOCAB, seed=1, n_ctx=4096)
+    jobs = [job(i, sampled) for i in range(6)]  # more requests than slots: two wait
+    results = finished(run_batch(model, jobs, budget=12))
+    assert sorted(results) == list(range(6))
+    for i, (p, cfg, _, _) in enumerate(jobs):
+        alone = solo(i, cfg, p, model.slot_ctx)
+        assert results[i].tokens == alone.tokens
+        assert results[i].text == alone.text
+        assert results[i].finish_reason == alone.finish_reason
+    assert model.n_used == 0 and not model.ctx
+    assert max(model.steps) <= model.n_batch
+    assert sum(r.stats.drafted for r in results.values()) > 0  # drafts were verified
+
+
+def test_steps_are_batched() -> None:
+    model = FakeMultiModel(slots=4, n_vocab=VOCAB, seed=1)
+    jobs = [(prompt(i), config(i, False), None, None) for i in range(4)]
+    batch = Batch(model)
+    for p, cfg, d, pol in jobs:
+        batch.add(p, cfg, d, pol)
+    batch.step()
+    assert batch.last.requests == 4 and batch.last.tokens == 4  # four roots, one decode
+
+
+def test_stop_strings_and_end_tokens_end_one_request_only() -> None:
+    model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1)
+    base = FakeModel(n_vocab=VOCAB, seed=1).greedy(prompt(0), 30)
+    stop = bytes([97 + base[12]]).decode() + bytes([97 + base[13]]).decode()
+    cfg = GenerationConfig(max_tokens=30, stop=(stop,))
+    jobs = [(prompt(0), cfg, TreeDrafter(VOCAB), FixedPolicy(3, budget=6, branches=2)), job(1, False, 30)]
+    results = finished(run_batch(model, jobs))
+    alone = solo(0, cfg, prompt(0), model.slot_ctx)
+    assert results[0].text == alone.text and results[0].finish_reason == "stop"
+    assert results[1].tokens == solo(1, jobs[1][1], jobs[1][0], model.slot_ctx).tokens
+
+
+def test_cancelling_one_request_frees_its_cells_and_changes_nobody_else() -> None:
+    model = FakeMultiModel(slots=3, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, budget=12)
+    jobs = [job(i, True) for i in range(3)]
+    reqs = [batch.add(*j) for j in jobs]
+    results: dict[int, Result] = {}
+    for _ in range(3):
+        batch.step()
+    used = model.slot_used(reqs[1].slot)
+    assert used > 0
+    before = model.n_used
+    batch.cancel(reqs[1])
+    assert model.n_used == before - used
+    while not batch.idle:
+        for req, event in batch.step():
+            assert req is not reqs[1]
+            if isinstance(event, Done):
+                results[req.id] = event.result
+    for i in (0, 2):
+        assert results[reqs[i].id].tokens == solo(i, jobs[i][1], jobs[i][0], model.slot_ctx).tokens
+    assert model.n_used == 0
+
+
+def test_prefill_is_chunked_and_the_others_keep_stepping() -> None:
+    model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, chunk=16)
+    first = batch.add(prompt(0), config(0, False, 200))
+    batch.step()
+    long = batch.add(prompt(1, 100), config(1, False, 8))
+    emitted_while_prefilling = 0
+    while not long.ready:
+        events = batch.step()
+        assert batch.last.prefill <= 16
+        emitted_while_prefilling += sum(1 for r, e in events if r is first and isinstance(e, Step))
+    assert emitted_while_prefilling >= 6  # 99 prompt tokens in chunks of 16
+
+
+def test_a_prompt_longer_than_a_slot_is_refused_at_once() -> None:
+    model = FakeMultiModel(slots=4, n_vocab=VOCAB, n_ctx=64)
+    with pytest.raises(GenerationError, match="the prompt has 20 tokens"):
+        Batch(model).add([1] * 20, GenerationConfig(4))
+
+
+def test_a_full_slot_ends_its_request_as_context_full() -> None:
+    model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1, n_ctx=64)
+    results = finished(run_batch(model, [job(0, False, 100), job(1, False, 5)]))
+    assert results[0].context_full and results[0].finish_reason == "length"
+    assert not results[1].context_full
+    assert model.max_used <= model.n_ctx and model.n_used == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 6),  # step at which it arrives
+            st.integers(1, 40),  # prompt length
+            st.integers(1, 30),  # max_tokens
+            st.one_of(st.none(), st.integers(0, 12)),  # steps after arrival until cancelled
+            st.integers(0, 2),  # policy kind
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(1, 4),
+)
+def test_kv_cells_never_leak_nor_overflow(plan, slots) -> None:  # type: ignore[no-untyped-def]
+    model = FakeMultiModel(slots=slots, n_vocab=VOCAB, seed=2, n_ctx=256, n_batch=32)
+    batch = Batch(model, budget=24, chunk=8, cost=CostModel())
+    reqs = {}
+    cancel_at = {}
+    step = 0
+    while step < 400:
+        for k, (arrive, n, max_tokens, cancel, kind) in enumerate(plan):
+            if arrive == step:
+                pol = policy(kind)
+                cfg = config(k, kind == 1, max_tokens)
+                reqs[k] = batch.add(prompt(k, n), cfg, TreeDrafter(VOCAB) if pol else None, pol)
+                if cancel is not None:
+                    cancel_at[step + cancel] = reqs[k]
+        if step in cancel_at and not cancel_at[step].done:
+            batch.cancel(cancel_at[step])
+        batch.step()
+        assert model.n_used <= model.n_ctx
+        assert all(model.slot_used(s) <= model.slot_ctx for s in model.ctx)
+        step += 1
+        if batch.idle and step > 6:
+            break
+    assert batch.idle
+    assert model.n_used == 0 and not model.ctx
+    assert model.max_used <= model.n_ctx
+
+
+def test_the_default_parallel_is_the_largest_n_up_to_4_that_pays() -> None:
+    from lookahead.multi import batching_bound, default_parallel
+
+    shape = {1: 1.0, 2: 1.8, 3: 2.2, 4: 2.4, 8: 4.0}
+    assert default_parallel(CostModel(shape, prior=shape)) == 4
+    linear = {n: float(n) for n in (1, 2, 3, 4, 8)}  # a batch costs as much as its tokens
+    assert default_parallel(CostModel(linear, prior=linear)) == 1
+    only_two = {1: 1.0, 2: 1.5, 3: 2.9, 4: 3.9, 8: 8.0}
+    assert default_parallel(CostModel(only_two, prior=only_two)) == 2
+    assert batching_bound(CostModel(shape, prior=shape), 4) == pytest.approx(4 / 2.4)
