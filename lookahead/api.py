@@ -13,6 +13,8 @@ import platform
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from lookahead import gguf, models
 from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
@@ -24,6 +26,7 @@ from lookahead.exactness import exact_batch_limit
 from lookahead.index.base import DraftSource
 from lookahead.multi import Batch, Request
 from lookahead.sampling import SamplingConfig
+from lookahead.threads import ThreadGovernor
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 
@@ -72,6 +75,12 @@ class Model:
             corpus_cache=cache_dir / "corpora",
         )
         self._cost_ready = False
+        # a busy machine: fewer threads while that is faster (only when the thread count
+        # was left to us; see lookahead/threads.py). Set False to pin the count.
+        self.adapt_threads = backend.config.n_threads == 0
+        self.governor: ThreadGovernor | None = None
+        self._full_threads = backend.n_threads
+        self._costs_by_threads: dict[int, CostModel] = {}
         self._exact_limits: tuple[int, int] | None = None
 
     def exact_limits(self) -> tuple[int, int]:
@@ -106,6 +115,8 @@ class Model:
         """
         path = self.cache_dir / "costs.json"
         b = self.backend
+        if b.n_threads != self._full_threads:  # the idle curve is the full count's
+            b.set_threads(self._full_threads)
         machine = f"{b.n_threads}:{platform.machine()}:{platform.processor()}"
         key = f"{COST_VERSION}:{b.path.name}:{b.path.stat().st_size}:{machine}"
         if not b.config.repack:  # costs are per backend configuration
@@ -133,7 +144,31 @@ class Model:
         self.drafting.cost = CostModel(costs)
         self.drafting.controllers.clear()
         self._cost_ready = True
+        sizes = sorted(costs)
+        idle = [costs[k] for k in sizes]
+        self.governor = ThreadGovernor(
+            self._full_threads, lambda n: float(np.interp(n, sizes, idle))
+        )
+        self._costs_by_threads = {self._full_threads: self.drafting.cost}
+        if self.backend.n_threads != self._full_threads:
+            self.backend.set_threads(self._full_threads)
         return costs
+
+    def _after_verify(self, size: int, seconds: float) -> None:
+        """Feed the thread governor a verify time; apply its switch (threads, cost curve)."""
+        gov = self.governor
+        if gov is None or not self.adapt_threads:
+            return
+        threads = gov.observe(size, seconds)
+        if threads is None:
+            return
+        self.backend.set_threads(threads)
+        cost = self._costs_by_threads.get(threads)
+        if cost is None:  # learned from this count's own steps, seeded with the idle curve
+            cost = self._costs_by_threads[threads] = CostModel(self.drafting.cost.measured)
+        self.drafting.cost = cost
+        for controller in self.drafting.controllers.values():
+            controller.cost = cost
 
     def ensure_calibrated(self) -> None:
         """Calibrate once (the adaptive controller needs the cost curve)."""
@@ -165,14 +200,18 @@ class Model:
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
         tokens = list(tokens) if tokens is not None else self.prompt_tokens(prompt, chat)
+        # not in exact mode: its promise is plain decoding's logits at the configured count
+        adapt = self.adapt_threads and not draft.exact
+        hook = self._after_verify if adapt and self.governor is not None else None
         if not draft.enabled:
-            return generate(self.backend, tokens, config)
+            return generate(self.backend, tokens, config, after_verify=hook)
         if draft.adaptive and not self._cost_ready:
             self.calibrate()
+            hook = self._after_verify if adapt else None
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.exact_cap() if draft.exact else None
-        return generate(self.backend, tokens, config, drafter, policy, cap)
+        return generate(self.backend, tokens, config, drafter, policy, cap, after_verify=hook)
 
     def add_to(
         self,

@@ -186,18 +186,22 @@ def generate(
     policy: Policy | None = None,
     node_cap: Callable[[int], int] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    after_verify: Callable[[int, float], None] | None = None,
 ) -> Iterator[Event]:
     """Generate from `prompt` tokens; yields a Step per verify step, then Done.
 
     `node_cap(cells in use)`, if given, bounds the draft nodes verified in a step (the
-    exact mode's bit-identical batch sizes depend on the cache size). `clock` times the
-    steps (an offline replay passes a clock its verifier moves by a modeled cost).
+    exact mode's bit-identical batch sizes depend on the cache size). Once it is 0 both
+    now and for a full cache (exact mode above its split, on most CPUs), the rest of the
+    generation is plain decoding and drafting's per-step work stops. `clock` times the steps (an offline replay passes a
+    clock its verifier moves by a modeled cost). `after_verify(batch size, seconds)` sees
+    every verify (the thread governor watches them for a busy machine).
 
     With no drafter (or a policy that drafts nothing) this is plain decoding. A request that
     cannot be served raises GenerationError here, before the first event is asked for.
     """
     check_prompt(prompt, verifier.n_ctx)
-    return _run(verifier, prompt, config, drafter, policy, node_cap, clock)
+    return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify)
 
 
 def _run(
@@ -208,6 +212,7 @@ def _run(
     policy: Policy | None,
     node_cap: Callable[[int], int] | None,
     clock: Callable[[], float],
+    after_verify: Callable[[int, float], None] | None = None,
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
@@ -232,7 +237,11 @@ def _run(
         room = verifier.n_ctx - verifier.n_used - 2  # the root and the bonus must fit too
         room = min(room, verifier.n_batch - 1)  # one decode holds the root and the draft
         if node_cap is not None:
-            room = min(room, node_cap(verifier.n_used))
+            cap = node_cap(verifier.n_used)
+            room = min(room, cap)
+            if cap <= 0 and drafter is not None and node_cap(verifier.n_ctx) <= 0:
+                # 0 now and for a full cache: decode plainly, without drafting's upkeep
+                drafter, policy, node_cap = None, FixedPolicy(0), None
         want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work
         depth = min(policy.max_depth, room, want)
         draft = Draft.empty()
@@ -243,6 +252,8 @@ def _run(
         t1 = clock()
         rows = verifier.verify(root, draft)
         t2 = clock()
+        if after_verify is not None:
+            after_verify(len(draft) + 1, t2 - t1)
         path, bonus = accept(draft, rows, sampler.pick, history)
         verifier.commit(draft, path)
         policy.observe(draft, path, t2 - t1, bonus)

@@ -496,6 +496,11 @@ class LlamaBackend(LlamaVocab):
         self.n_past = n_past
         self.parked = 0
 
+    def set_threads(self, threads: int) -> None:
+        """Decode with `threads` threads from the next decode on (the thread governor)."""
+        ll.llama_set_n_threads(self._ctx, threads, threads)
+        self.n_threads = threads
+
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
         """Seconds for one decode of n chained tokens at the current position, per n (median).
 

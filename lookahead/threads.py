@@ -1,0 +1,118 @@
+"""A busy machine: decode with the thread count that is fastest under the load of the moment.
+
+llama.cpp's threads meet at a barrier after every operation of a decode, so one thread
+that the OS deschedules (another process wants its core) stalls all of them: on a 2-vCPU
+machine with one CPU-bound process beside it, two threads ran 2-3x slower than idle and
+one thread was faster than two. The controller already times every verify; this watches
+those times, and when they run well above what the machine measured idle, tries fewer
+threads, keeps whichever count is fastest now, and tries all of them again from time to
+time so that it returns when the load goes away.
+
+Robust by construction: a step's slowdown is its time over the idle cost of its batch
+size, and decisions read the median of the last `window` slowdowns of a thread count,
+which a few outliers (a page fault, one slow step) cannot move. Pure: it is fed sizes and
+seconds, and says which thread count to use; `Model` applies it to the backend and swaps
+the controller's cost model with it, one per thread count.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from statistics import median
+
+# Median slowdown (measured / idle cost at full threads) above which the machine is busy.
+BUSY = 1.5
+# Steps whose median decides for a thread count (a trial of another count is half of it).
+WINDOW = 16
+# Steps at a reduced count before all counts are tried again (has the load gone?).
+RECHECK = 96
+
+
+def candidates(max_threads: int) -> list[int]:
+    """Thread counts worth trying: all, one fewer (one core taken by another process), half."""
+    return sorted({max_threads, max(1, max_threads - 1), max(1, max_threads // 2)}, reverse=True)
+
+
+class ThreadGovernor:
+    """Picks a thread count from verify times; `observe` returns a new count to switch to."""
+
+    def __init__(
+        self,
+        max_threads: int,
+        idle_cost: Callable[[int], float],
+        *,
+        busy: float = BUSY,
+        window: int = WINDOW,
+        recheck: int = RECHECK,
+    ) -> None:
+        self.counts = candidates(max_threads)
+        self.max_threads = max_threads
+        self.idle_cost = idle_cost  # seconds of a batch of n tokens, idle, at max_threads
+        self.busy = busy
+        self.window = window
+        self.recheck = recheck
+        self.threads = max_threads  # the count in use
+        self._slow: dict[int, deque[float]] = {k: deque(maxlen=window) for k in self.counts}
+        self._trial: list[int] = []  # counts still to try in this round, in order
+        self._in_round = False
+        self._since = 0  # steps since the current count was chosen
+        self._wait = 0  # steps before another round may start
+        self._same = 0  # rounds in a row that kept the count they started from
+        self._origin = max_threads  # the count the current round started from
+        self.switches = 0
+
+    def median(self, threads: int) -> float | None:
+        """The median slowdown of `threads` over its recent steps (None before enough)."""
+        xs = self._slow[threads]
+        return median(xs) if len(xs) >= max(3, self.window // 2) else None
+
+    def observe(self, size: int, seconds: float) -> int | None:
+        """One verify of `size` tokens took `seconds` at the current count; maybe switch."""
+        idle = self.idle_cost(size)
+        if idle <= 0 or seconds <= 0:
+            return None
+        self._slow[self.threads].append(seconds / idle)
+        self._since += 1
+        mid = self.median(self.threads)
+        if mid is None:
+            return None
+        if self._in_round:  # a round of trials: each count gets its half window
+            if self._since >= max(3, self.window // 2):
+                return self._switch(self._trial.pop(0)) if self._trial else self._settle()
+            return None
+        if self._since < self._wait:
+            return None
+        if self.threads == self.max_threads:
+            if mid >= self.busy and len(self.counts) > 1:
+                return self._start_round()
+            return None
+        return self._start_round()  # running reduced for a while: has the load gone?
+
+    def _start_round(self) -> int | None:
+        self._origin = self.threads
+        self._in_round = True
+        order = [k for k in self.counts if k != self.threads]
+        self._trial = order[1:]
+        return self._switch(order[0])
+
+    def _settle(self) -> int | None:
+        """End of a round: the count with the lowest median slowdown; ties keep more threads.
+        A round that changes nothing makes the next one wait longer (up to 8x)."""
+        self._in_round = False
+        best = min(self.counts, key=lambda k: (self.median(k) or float("inf"), -k))
+        self._same = self._same + 1 if best == self._origin else 0
+        wait = self.recheck * 2 ** min(self._same, 3)
+        if best == self.threads:
+            self._since, self._wait = 0, wait
+            return None
+        switched = self._switch(best)
+        self._wait = wait
+        return switched
+
+    def _switch(self, threads: int) -> int:
+        self.threads = threads
+        self._slow[threads].clear()  # what it measured before is from another load
+        self._since = self._wait = 0
+        self.switches += 1
+        return threads
