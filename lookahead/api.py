@@ -127,6 +127,12 @@ class Model:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             b.reset()
             costs = b.measure_cost(COST_SIZES, repeats=3)
+            if not plausible(costs):  # measured while something else ran: not kept
+                self.drafting.cost = CostModel(costs)
+                self.drafting.controllers.clear()
+                self._cost_ready = True
+                self._new_governor(costs)
+                return costs
             try:
                 data = json.loads(path.read_text()) if path.exists() else {}
                 if not isinstance(data, dict):
@@ -144,15 +150,14 @@ class Model:
         self.drafting.cost = CostModel(costs)
         self.drafting.controllers.clear()
         self._cost_ready = True
+        self._new_governor(costs)
+        return costs
+
+    def _new_governor(self, costs: dict[int, float]) -> None:
         sizes = sorted(costs)
         idle = [costs[k] for k in sizes]
-        self.governor = ThreadGovernor(
-            self._full_threads, lambda n: float(np.interp(n, sizes, idle))
-        )
+        self.governor = ThreadGovernor(self._full_threads, lambda n: float(np.interp(n, sizes, idle)))
         self._costs_by_threads = {self._full_threads: self.drafting.cost}
-        if self.backend.n_threads != self._full_threads:
-            self.backend.set_threads(self._full_threads)
-        return costs
 
     def _after_verify(self, size: int, seconds: float) -> None:
         """Feed the thread governor a verify time; apply its switch (threads, cost curve)."""
@@ -346,6 +351,14 @@ def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: 
 
 
 PROBE_CACHE = "probe.json"
+
+
+def plausible(costs: dict[int, float]) -> bool:
+    """False for a cost curve no idle machine measures: a batch much cheaper than one token
+    (the one-token decodes were stalled by another process). Such a curve is used for this
+    process only, never cached."""
+    t1 = costs.get(1)
+    return bool(t1) and all(t >= 0.8 * t1 for n, t in costs.items() if n > 1)
 
 
 def choose_backend(

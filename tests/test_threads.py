@@ -81,3 +81,11 @@ def test_under_load_within_15_percent_of_the_best_fixed_count(seed):
         run(ThreadGovernor(1, idle), lambda k, i: one, 2000, seed=seed),
     )
     assert adaptive <= 1.15 * fixed
+
+
+def test_a_cost_curve_measured_under_load_is_not_plausible():
+    from lookahead.api import plausible
+
+    assert plausible({1: 0.04, 2: 0.08, 4: 0.1, 8: 0.18})
+    assert plausible({1: 0.04, 2: 0.035})  # within noise of t(1)
+    assert not plausible({1: 0.12, 2: 0.04, 4: 0.05})  # the one-token decodes were stalled
