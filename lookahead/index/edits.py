@@ -38,6 +38,8 @@ MAX_OLD = 8  # most prompt tokens an edit replaces
 MAX_NEW = 12  # most output tokens an edit writes
 Q_COPY = 0.9  # the source's own estimate per copied token (calibration corrects it)
 Q_SUB = 0.8  # ... per token of a learned substitution
+Q_FRESH = 0.75  # per copied token while the copy is younger than FRESH tokens
+FRESH = 8
 
 
 class EditSource:
@@ -54,6 +56,7 @@ class EditSource:
         self._sub: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (old, new) being written
         self._j = 0  # tokens of the substitution's new text written so far
         self._edit: tuple[int, int] | None = None  # open edit: (prompt position, output start)
+        self._run = 0  # tokens the output has copied since the copy was found (or resynced)
         self._subs: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}  # old[0] -> subs
 
     # ---- the stream ---------------------------------------------------------------------
@@ -95,6 +98,7 @@ class EditSource:
                 return
             if p < len(prompt) and prompt[p] == t:
                 self._p = p + 1
+                self._run += 1
                 return
             self._open_edit(t)
             return
@@ -142,6 +146,7 @@ class EditSource:
                     self._learn(old, new)
                 self._p = at + SYNC
                 self._edit = None
+                self._run = FRESH  # the copy held across an edit: no longer fresh
                 return True
         return False
 
@@ -155,6 +160,7 @@ class EditSource:
         out = self._out
         if len(out) >= ALIGN:
             self._p = self._grams.get(tuple(out[-ALIGN:]))
+            self._run = ALIGN
 
     # ---- drafting -----------------------------------------------------------------------
     def propose(self, max_depth: int, max_candidates: int) -> list[Candidate]:
@@ -180,7 +186,7 @@ class EditSource:
                     break
             if hit is None:
                 tokens.append(tok)
-                qs.append(Q_COPY)
+                qs.append(Q_COPY if self._run >= FRESH else Q_FRESH)
                 p += 1
             else:
                 tokens.extend(hit[1])
