@@ -127,6 +127,10 @@ class RecordIndex:
         # row and field of the last whole value
         self._last_row = -1
         self._last_field = -1
+        # how the written records moved between data rows: to the next row (as drafts
+        # assume) or elsewhere (records in another order than the data)
+        self._next_moves = 0
+        self._other_moves = 0
         self._data_span = self._push_prompt()  # the data block in the normalized stream
         self._prompt_len = len(self._sym)  # symbols of the prompt in the normalized stream
 
@@ -216,6 +220,11 @@ class RecordIndex:
         assert self._open is not None
         r, f, _, spaced = self._open
         self._open, self._open_tokens = None, []
+        if r != self._last_row:
+            if r == self._last_row + 1:
+                self._next_moves += 1
+            else:
+                self._other_moves += 1
         self._last_row, self._last_field = r, f
         self._push(VALUE + f, r, spaced)
 
@@ -331,12 +340,18 @@ class RecordIndex:
                 if value is None:
                     break  # past the last data row, a row of another shape, no such form
                 tokens.extend(value)
-                qs.extend([q_val] * len(value))
+                q = q_val if r == max(row, 0) else q_val * self._order_factor()
+                qs.extend([q] * len(value))
             j += 1
         if not tokens:
             return None
         del tokens[max_depth:], qs[max_depth:]
         return Candidate(np.array(tokens, dtype=np.int32), np.array(qs, dtype=np.float32), SOURCE_RECORD)
+
+    def _order_factor(self) -> float:
+        """How far to trust a value of a row other than the one being written: the share of
+        the record's moves between rows so far that went to the next row (1 before any)."""
+        return (self._next_moves + 1) / (self._next_moves + self._other_moves + 1)
 
     def _shift(self, prev_end: int, max_scan: int, row: int) -> int | None:
         """Rows between the record being written (its row so far: `row`) and the one the
