@@ -4,6 +4,7 @@ mapped back to the prompt's tokens, and the record drafts made from it."""
 from __future__ import annotations
 
 import json
+import re
 
 from lookahead.index.datablock import DataBlock, TokenText, parse_data_block
 from lookahead.index.structured import find_table, number_forms
@@ -174,3 +175,16 @@ def test_records_in_another_order_than_the_data_lower_the_estimates() -> None:
     assert float(doubted.q[0]) <= 0.6 * float(trusted.q[0])
     newline = len("db-01")  # the template's "\n" after the value keeps its estimate
     assert float(doubted.q[newline]) == float(trusted.q[newline])
+
+
+def test_every_report_of_the_data_set_has_its_records_found() -> None:
+    # the tuning set's layouts, each found with all its records (5-8) and >= 4 columns
+    from bench.tasks import load_tasks
+
+    tasks = load_tasks(prompt_set="data")
+    assert len(tasks) >= 10 and {t.kind for t in tasks} == {"report"}
+    for task in tasks:
+        vocab = Vocab(re.findall(r"<([^<>]+)>", task.prompt))  # a placeholder is a few tokens
+        block = parse(vocab, task.prompt)
+        assert 5 <= len(block.rows) <= 8 and len(block.rows[0]) >= 4, task.id
+        assert block.placeholders, task.id  # the first record can be drafted from the template
