@@ -188,3 +188,30 @@ def test_every_report_of_the_data_set_has_its_records_found() -> None:
         block = parse(vocab, task.prompt)
         assert 5 <= len(block.rows) <= 8 and len(block.rows[0]) >= 4, task.id
         assert block.placeholders, task.id  # the first record can be drafted from the template
+
+
+def test_delimited_lines_under_a_header_when_the_line_shape_finds_none() -> None:
+    # "07:45" splits at ":" for the line shape (a field too many, no header found); parsed at
+    # the pipes, the table has its header and the template's placeholders name its columns
+    vocab = Vocab(["code", "gate", "time"])
+    prompt = "Per flight:\nFlight <code> at <time>, gate <gate>\n\n| code | gate | time |\n| --- | --- | --- |\n" + (
+        "| KL12 | B12 | 07:45 |\n| LH09 | C3 | 08:10 |\n| AF15 | B7 | 08:30 |\n"
+    )
+    block = parse(vocab, prompt)
+    assert values(vocab, block) == [["KL12", "B12", "07:45"], ["LH09", "C3", "08:10"], ["AF15", "B7", "08:30"]]
+    assert [p.field for p in block.placeholders] == [0, 2, 1]
+    index = index_after(vocab, prompt, "Flight KL12 at 07:45, gate B12\nFlight ")
+    assert any(d.startswith("LH09 at 08:10, gate C3\n") for d in drafts(vocab, index)), drafts(vocab, index)
+
+
+def test_a_number_format_that_changes_nothing_falls_back_to_the_column() -> None:
+    # 956 has no thousands separator: the "revenue," column uses the "revenue" value there
+    vocab = Vocab(["region", "revenue"])
+    template = "Per region:\n== <region> ==\nRevenue: $<revenue>\n\n"
+    data = json.dumps([{"region": r, "revenue": v} for r, v in (("North", 1284500), ("South", 956), ("East", 4200))])
+    block = parse(vocab, template + data)
+    assert block.aliases == {2: 1} and (1, 2, False) not in block.forms
+    written = "== North ==\nRevenue: $1,284,500\n\n== South ==\nRevenue: $956\n\n== "
+    assert any(
+        d.startswith("East ==\nRevenue: $4,200\n") for d in drafts(vocab, index_after(vocab, template + data, written))
+    )

@@ -20,8 +20,9 @@ per-token classes both of them use (cached per token, the only state it keeps).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lookahead.index.structured import Table, find_table, number_forms
 
@@ -120,6 +121,9 @@ class DataBlock:
     # forms[(row, field, spaced)]: a field's tokens as in the prompt (spaced=False) and as
     # written after a space (" Ghent" is " Gh" "ent", not " " "G" "h" "ent")
     forms: Mapping[FormKey, Field]
+    # aliases[f]: the column that column f writes in another format ("1,284,500" for
+    # "1284500"); where that format changes nothing ("956") f has no form, the column's is used
+    aliases: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
 
 def parse_data_block(prompt: Sequence[int], text: TokenText) -> DataBlock:
@@ -128,6 +132,17 @@ def parse_data_block(prompt: Sequence[int], text: TokenText) -> DataBlock:
     parsed = _parsed_block(tokens, text)
     if parsed is not None:
         return parsed
+    block = _line_block(tokens, text)
+    if not block.columns:
+        # no header found by line shape: delimited lines under a header, parsed, do better
+        parsed = _parsed_block(tokens, text, plain=True)
+        if parsed is not None:
+            return parsed
+    return block
+
+
+def _line_block(tokens: tuple[int, ...], text: TokenText) -> DataBlock:
+    """The data block found by line shape (see the module docstring)."""
     lines, ends = _lines(tokens, text)
     # the biggest block of consecutive lines with the same field count (>= 2)
     best: tuple[int, int, int] = (0, 0, 0)  # (cells, start, end)
@@ -170,13 +185,13 @@ def _block(
     return DataBlock(tokens, tuple(tuple(row) for row in rows), columns, span, placeholders, forms)
 
 
-def _parsed_block(tokens: tuple[int, ...], text: TokenText) -> DataBlock | None:
+def _parsed_block(tokens: tuple[int, ...], text: TokenText, plain: bool = False) -> DataBlock | None:
     """The data block of the table the prompt's text parses into, or None (no table, or
     none of its values could be mapped to tokens)."""
     pieces = [text.token_bytes(t) for t in tokens]
     raw = b"".join(pieces)
     string = raw.decode("utf-8", "surrogateescape")  # one character per byte it cannot read
-    table = find_table(string)
+    table = find_table(string, plain=plain)
     if table is None:
         return None
     char_byte = [0] * (len(string) + 1)  # character offset -> byte offset
@@ -206,23 +221,29 @@ def _parsed_block(tokens: tuple[int, ...], text: TokenText) -> DataBlock | None:
     if not any(field for row in rows for field in row):
         return None
     columns = [_normal(c) for c in table.columns]
-    _add_number_forms(table, rows, columns, text)
+    aliases = _add_number_forms(table, rows, columns, text)
     start = bisect.bisect_right(starts, char_byte[table.span[0]]) - 1
     end = bisect.bisect_left(starts, char_byte[table.span[1]])
-    return _block(tokens, text, rows, tuple(columns), (max(start, 0), min(end, len(tokens))))
+    block = _block(tokens, text, rows, tuple(columns), (max(start, 0), min(end, len(tokens))))
+    return replace(block, aliases=aliases) if block.rows else block
 
 
-def _add_number_forms(table: Table, rows: list[list[Field]], columns: list[str], text: TokenText) -> None:
+def _add_number_forms(table: Table, rows: list[list[Field]], columns: list[str], text: TokenText) -> dict[int, int]:
     """A column of numbers the report may write in another format gets a column per format
-    (named after it: "share%", "revenue,"), its values tokenized as written that way."""
+    (named after it: "share%", "revenue,"), its values tokenized as written that way; a
+    value that format leaves as it was is not repeated (two columns would claim it).
+    Returns each new column's original."""
+    aliases: dict[int, int] = {}
     if text.tokenize is None:
-        return
+        return aliases
     for f in range(len(table.columns)):
         values = [None if record[f] is None else record[f][1] for record in table.rows]  # type: ignore[index]
         for suffix, formatted in number_forms(values):
+            aliases[len(columns)] = f
             columns.append(columns[f] + suffix)
-            for row, value in zip(rows, formatted, strict=True):
-                row.append(tuple(text.tokenize(value)) if value else ())
+            for row, value, old in zip(rows, formatted, values, strict=True):
+                row.append(tuple(text.tokenize(value)) if value and value != old else ())
+    return aliases
 
 
 def _normal(name: str) -> str:

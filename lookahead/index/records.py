@@ -131,6 +131,12 @@ class RecordIndex:
         # assume) or elsewhere (records in another order than the data)
         self._next_moves = 0
         self._other_moves = 0
+        # a column of numbers with another format (see `DataBlock.aliases`): the format the
+        # report last wrote where the two differ, to read a value they agree on the same way
+        self._variants: dict[int, list[int]] = {}
+        for variant, column in block.aliases.items():
+            self._variants.setdefault(column, []).append(variant)
+        self._format: dict[int, int] = {}
         self._data_span = self._push_prompt()  # the data block in the normalized stream
         self._prompt_len = len(self._sym)  # symbols of the prompt in the normalized stream
 
@@ -220,6 +226,7 @@ class RecordIndex:
         assert self._open is not None
         r, f, _, spaced = self._open
         self._open, self._open_tokens = None, []
+        f = self._written_format(r, f)
         if r != self._last_row:
             if r == self._last_row + 1:
                 self._next_moves += 1
@@ -227,6 +234,22 @@ class RecordIndex:
                 self._other_moves += 1
         self._last_row, self._last_field = r, f
         self._push(VALUE + f, r, spaced)
+
+    def _written_format(self, r: int, f: int) -> int:
+        """The column a whole value of row r, field f stands for: a number written in one
+        of two formats that agree on it ("956" with or without a thousands separator) is
+        read in the format the report last showed."""
+        column = self.block.aliases.get(f)
+        if column is not None:
+            self._format[column] = f  # "1,284,500": the report writes separators
+            return f
+        variants = self._variants.get(f)
+        if not variants:
+            return f
+        if any((r, v, False) in self._forms for v in variants):
+            self._format[f] = f  # "1284500": it does not
+            return f
+        return self._format.get(f, f)
 
     def _field_start(self, prefix: list[int]) -> tuple[int, int, bool] | None:
         """The (row, field, spaced) whose field the tokens `prefix` most likely begin to
@@ -337,6 +360,8 @@ class RecordIndex:
                 f = s - VALUE
                 # written with a space before or not, as the copied value was
                 value = self._forms.get((r, f, self._sym_spaced[j]))
+                if value is None and f in self.block.aliases:  # that format changes nothing there
+                    value = self._forms.get((r, self.block.aliases[f], self._sym_spaced[j]))
                 if value is None:
                     break  # past the last data row, a row of another shape, no such form
                 tokens.extend(value)
@@ -373,7 +398,7 @@ class RecordIndex:
                 return shift if shift >= 0 else None
         for j in range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows))):
             if rows[j] == _TEMPLATE_ROW:
-                return max(row, 0) + 1
+                return row + 2  # a record start: the row after the last one written (row 0 first)
             if rows[j] != _TEXT:
                 return row + 1 - rows[j] if row >= rows[j] else None
         return None

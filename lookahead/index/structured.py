@@ -60,10 +60,13 @@ class Table:
         return sum(cell is not None for row in self.rows for cell in row)
 
 
-def find_table(text: str) -> Table | None:
-    """The biggest table (most values) of records in the text, or None."""
+def find_table(text: str, plain: bool = False) -> Table | None:
+    """The biggest table (most values) of records in the text, or None. With `plain`, only
+    delimited lines under a header (TSV, a markdown table, CSV without quotes): what the
+    line shape reads too, but not always well (a tab or a "," glued to the next word in one
+    token, a "07:45" split at its ":")."""
     text = text[:_MAX_TEXT]
-    tables = _json_tables(text) + _yaml_tables(text) + _csv_tables(text)
+    tables = _csv_tables(text, plain=True) if plain else _json_tables(text) + _yaml_tables(text) + _csv_tables(text)
     tables = [t for t in tables if len(t.rows) >= 2 and len(t.columns) >= 2]
     return max(tables, key=lambda t: t.cells, default=None)
 
@@ -261,10 +264,11 @@ def _placeholder(value: str) -> bool:
 # --- CSV with quoted fields ------------------------------------------------------------
 
 
-def _csv_tables(text: str) -> list[Table]:
+def _csv_tables(text: str, plain: bool = False) -> list[Table]:
     """Runs of >= 3 lines that split into the same number (>= 2) of fields at one
-    delimiter, reading double-quoted fields as CSV does; only runs with a quoted field
-    holding the delimiter (the line shape reads the others)."""
+    delimiter, reading double-quoted fields as CSV does, a markdown table's outer pipes and
+    `---` line set aside. Only runs with a quoted field holding the delimiter, unless
+    `plain`: then only runs under a header line (the line shape reads the others)."""
     lines: list[tuple[int, str]] = []
     pos = 0
     for line in text.split("\n"):
@@ -278,19 +282,24 @@ def _csv_tables(text: str) -> list[Table]:
             j = i
             while j < len(split) and split[j] is not None and len(split[j]) == len(split[i] or ()) >= 2:  # type: ignore[arg-type]
                 j += 1
-            if j - i >= 3 and any('"' in lines[k][1] for k in range(i, j)):
-                rows = [row for row in split[i:j] if row is not None]
-                quoted = any(delim in value for row in rows for _, value in row)
-                if quoted:
-                    names = [value.strip().lower() for _, value in rows[0]]
-                    # a header names columns the template names too; else row 0 is data
-                    named = sum(text.lower().count(w) >= 2 for w in names if w and not _NUMBER.fullmatch(w))
-                    header = 2 * named >= len(names)
+            rows = [row for row in split[i:j] if row is not None and not _rule(row)]
+            quoted = any(delim in value for row in rows for _, value in row)
+            if j - i >= 3 and len(rows) >= 3 and (quoted or plain):
+                names = [value.strip().lower() for _, value in rows[0]]
+                # a header names columns the template names too; else row 0 is data
+                named = sum(text.lower().count(w) >= 2 for w in names if w and not _NUMBER.fullmatch(w))
+                header = 2 * named >= len(names) and not any(_NUMBER.fullmatch(w) for w in names)
+                if header or not plain:
                     columns = tuple(names) if header else tuple(str(c) for c in range(len(names)))
                     body = tuple(tuple(row) for row in rows[1 if header else 0 :])
                     tables.append(Table(columns, body, (lines[i][0], lines[j - 1][0] + len(lines[j - 1][1]))))
             i = max(j, i + 1)
     return tables
+
+
+def _rule(row: list[tuple[Span, str]]) -> bool:
+    """A markdown table's `| --- | :-: |` line."""
+    return all(value and not value.strip("-: ") for _, value in row)
 
 
 def _split(line: str, offset: int, delim: str) -> list[tuple[Span, str]] | None:
@@ -328,6 +337,8 @@ def _split(line: str, offset: int, delim: str) -> list[tuple[Span, str]] | None:
             fields.append(((offset + i, offset + i + len(raw)), raw))
             i = k
         if i >= n:
+            if delim == "|" and len(fields) > 2 and not fields[0][1] and not fields[-1][1].strip():
+                fields = fields[1:-1]  # "| a | b |": the pipes at the edges hold no field
             return fields
         i += 1  # past the delimiter
 
