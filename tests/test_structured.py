@@ -215,3 +215,19 @@ def test_a_number_format_that_changes_nothing_falls_back_to_the_column() -> None
     assert any(
         d.startswith("East ==\nRevenue: $4,200\n") for d in drafts(vocab, index_after(vocab, template + data, written))
     )
+
+
+def test_a_value_being_written_is_finished_from_the_row_in_use_whatever_the_field_order() -> None:
+    # the template writes the data's last field first: after the plate (field 2) and the
+    # fuel (field 1), "2026-0" begins the date (field 0) of that same row, not the next one
+    vocab = Vocab(["plate", "fuel", "next"])
+    template = "Per van:\nVan <plate>\nFuel: <fuel>\nNext: <next>\n\n"
+    vans = [
+        ("2026-04-10", "diesel", "KJ-204"),
+        ("2026-03-22", "electric", "IM-117"),
+        ("2026-05-01", "diesel", "PZ-380"),
+    ]
+    data = json.dumps([{"next": n, "fuel": f, "plate": p} for n, f, p in vans], indent=2)
+    written = "Van KJ-204\nFuel: diesel\nNext: 2026-04-10\n\nVan IM-117\nFuel: electric\nNext: 2026-0"
+    found = drafts(vocab, index_after(vocab, template + data, written))
+    assert found and found[0].startswith("3-22\n\nVan PZ-380\nFuel: diesel\n"), found

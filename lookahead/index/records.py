@@ -127,6 +127,7 @@ class RecordIndex:
         # row and field of the last whole value
         self._last_row = -1
         self._last_field = -1
+        self._row_fields: set[int] = set()  # the fields of that row written since it began
         # how the written records moved between data rows: to the next row (as drafts
         # assume) or elsewhere (records in another order than the data)
         self._next_moves = 0
@@ -232,6 +233,9 @@ class RecordIndex:
                 self._next_moves += 1
             else:
                 self._other_moves += 1
+        if r != self._last_row:
+            self._row_fields = set()
+        self._row_fields.update((f, self.block.aliases.get(f, f)))
         self._last_row, self._last_field = r, f
         self._push(VALUE + f, r, spaced)
 
@@ -253,8 +257,9 @@ class RecordIndex:
 
     def _field_start(self, prefix: list[int]) -> tuple[int, int, bool] | None:
         """The (row, field, spaced) whose field the tokens `prefix` most likely begin to
-        copy: a later field of the row in use, then the next row, then the same row again
-        (a value said twice), then the nearest row."""
+        copy: a later field of the row in use or one not written yet (the template may order
+        the fields otherwise than the data), then the next row, then the same row again (a
+        value said twice), then the nearest row."""
         places = self._starts.get(prefix[0])
         if not places:
             return None
@@ -263,11 +268,13 @@ class RecordIndex:
             places = [p for p in places if self._forms[p][1 : len(prefix)] == rest]
             if not places:
                 return None
-        row, field = self._last_row, self._last_field
+        row, field, written = self._last_row, self._last_field, self._row_fields
+        aliases = self.block.aliases
 
         def rank(p: tuple[int, int, bool]) -> tuple[int, int, int]:
             if p[0] == row:
-                return (0 if p[1] > field else 2, 0, p[1])
+                later = p[1] > field or not (p[1] in written or aliases.get(p[1]) in written)
+                return (0 if later else 2, 0, p[1])
             if p[0] == row + 1:
                 return (1, 0, p[1])
             return (3, abs(p[0] - row - 1), p[0] * 1000 + p[1])
