@@ -7,7 +7,7 @@ import json
 import re
 
 from lookahead.index.datablock import DataBlock, TokenText, parse_data_block
-from lookahead.index.structured import find_table, number_forms
+from lookahead.index.structured import find_table, other_forms
 from tests.test_records import Vocab, drafts, index_after
 
 TEMPLATE = """Write a section per server:
@@ -140,9 +140,10 @@ def test_renamed_fields_are_drafted_from_the_records_written() -> None:
 
 
 def test_number_formats() -> None:
-    assert number_forms(["0.31", "0.07", None]) == [("%", ["31", "7", None])]
-    assert number_forms(["1284500", "956", "-4200"]) == [(",", ["1,284,500", "956", "-4,200"])]
-    assert number_forms(["12", "7"]) == [] and number_forms(["0.5", "web"]) == []
+    assert other_forms(["0.31", "0.07", None]) == [("%", ["31", "7", None])]
+    assert other_forms(["1284500", "956", "-4200"]) == [(",", ["1,284,500", "956", "-4,200"])]
+    assert other_forms(["12", "7"]) == [] and other_forms(["0.5", "web"]) == []
+    assert other_forms(["true", None, "false"]) == [("!", ["True", None, "False"]), ("?", ["Yes", None, "No"])]
 
 
 def test_fractions_written_as_percentages() -> None:

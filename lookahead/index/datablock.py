@@ -4,13 +4,18 @@ Step 1 of the record index (see `lookahead.index.records`). The prompt's text is
 first (`lookahead.index.structured`: JSON, YAML-like lists, `key: value` blocks, quoted
 CSV), and each value found is mapped back to the prompt's tokens: the tokens it spans when
 its edges fall on token edges, else the value's own tokenization. Columns the report may
-write in another format (fractions as percentages, thousands separators) get a second
-column each. When no such table is found, the line shape is read: in the prompt, a line's fields
-are its runs of tokens between separator tokens (made of `,;|:` and tabs, maybe with
-spaces), without the spaces, quotes and brackets at their edges. The data block is the run
-of >= 3 consecutive lines with the same number (>= 2) of fields that has the most cells
-past the first column. Its first line is a header when it names the template's columns;
-then each "<name>" placeholder of the template that names a column is that column's value.
+write in another format (fractions as percentages, thousands separators, true as "Yes")
+get a column per format, with `DataBlock.aliases` naming the column each one rewrites.
+
+When no such table is found, the line shape is read: in the prompt, a line's fields are
+its runs of tokens between separator tokens (made of `,;|:` and tabs, maybe with spaces),
+without the spaces, quotes and brackets at their edges. The data block is the run of >= 3
+consecutive lines with the same number (>= 2) of fields that has the most cells past the
+first column. Its first line is a header when it names the template's columns. If it has
+none, delimited lines under a header are parsed instead (a tab or a "," glued to the next
+word in one token, a "07:45" split at its ":" mislead the line shape). Each "<name>"
+placeholder of the template that names a column (loosely: "<last_reading>" names
+"last reading") is that column's value; "<share>%" names the column's percentage form.
 
 `parse_data_block` is pure: it reads the prompt's tokens and returns a `DataBlock`, which
 the record index only reads. `TokenText` holds a vocabulary's token texts and the
@@ -24,7 +29,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from lookahead.index.structured import Table, find_table, number_forms
+from lookahead.index.structured import Table, find_table, other_forms
 
 Field = tuple[int, ...]  # a field's tokens
 FormKey = tuple[int, int, bool]  # (row, field, spaced)
@@ -221,16 +226,16 @@ def _parsed_block(tokens: tuple[int, ...], text: TokenText, plain: bool = False)
     if not any(field for row in rows for field in row):
         return None
     columns = [_normal(c) for c in table.columns]
-    aliases = _add_number_forms(table, rows, columns, text)
+    aliases = _add_other_forms(table, rows, columns, text)
     start = bisect.bisect_right(starts, char_byte[table.span[0]]) - 1
     end = bisect.bisect_left(starts, char_byte[table.span[1]])
     block = _block(tokens, text, rows, tuple(columns), (max(start, 0), min(end, len(tokens))))
     return replace(block, aliases=aliases) if block.rows else block
 
 
-def _add_number_forms(table: Table, rows: list[list[Field]], columns: list[str], text: TokenText) -> dict[int, int]:
-    """A column of numbers the report may write in another format gets a column per format
-    (named after it: "share%", "revenue,"), its values tokenized as written that way; a
+def _add_other_forms(table: Table, rows: list[list[Field]], columns: list[str], text: TokenText) -> dict[int, int]:
+    """A column the report may write in another format gets a column per format (named
+    after it: "share%", "revenue,", "loanable!"), its values tokenized as written that way; a
     value that format leaves as it was is not repeated (two columns would claim it).
     Returns each new column's original."""
     aliases: dict[int, int] = {}
@@ -238,7 +243,7 @@ def _add_number_forms(table: Table, rows: list[list[Field]], columns: list[str],
         return aliases
     for f in range(len(table.columns)):
         values = [None if record[f] is None else record[f][1] for record in table.rows]  # type: ignore[index]
-        for suffix, formatted in number_forms(values):
+        for suffix, formatted in other_forms(values):
             aliases[len(columns)] = f
             columns.append(columns[f] + suffix)
             for row, value, old in zip(rows, formatted, values, strict=True):

@@ -343,14 +343,21 @@ def _split(line: str, offset: int, delim: str) -> list[tuple[Span, str]] | None:
         i += 1  # past the delimiter
 
 
-# --- numbers the report may write in another format -------------------------------------
+# --- values the report may write in another format ---------------------------------------
 
 
-def number_forms(values: list[str | None]) -> list[tuple[str, list[str | None]]]:
-    """Other ways a report writes a column of numbers, as (name suffix, values): "%" for
+def other_forms(values: list[str | None]) -> list[tuple[str, list[str | None]]]:
+    """Other ways a report writes a column's values, as (name suffix, values): "%" for
     fractions written as percentages (0.31 as "31"), "," for integers of 1000 and more
-    written with a thousands separator (1284500 as "1,284,500"). Each becomes a column of
-    its own, so a value written either way is still recognised and copied."""
+    written with a thousands separator (1284500 as "1,284,500"), "!" and "?" for JSON's
+    true and false written as "True" or "Yes". Each becomes a column of its own, so a value
+    written either way is still recognised and copied."""
+    present = [v for v in values if v is not None]
+    if len(present) >= 2 and all(v in ("true", "false") for v in present):
+        return [
+            ("!", [None if v is None else v.capitalize() for v in values]),
+            ("?", [None if v is None else ("Yes" if v == "true" else "No") for v in values]),
+        ]
     numbers: list[float] = []
     for v in values:
         if v is None:
@@ -363,7 +370,6 @@ def number_forms(values: list[str | None]) -> list[tuple[str, list[str | None]]]
     out: list[tuple[str, list[str | None]]] = []
     if all(-1 <= x <= 1 for x in numbers) and any(x != int(x) for x in numbers):
         out.append(("%", [None if v is None else f"{round(float(v) * 100, 6):g}" for v in values]))
-    present = [v for v in values if v is not None]
     if all(_INTEGER.fullmatch(v) for v in present) and any(abs(int(v)) >= 1000 for v in present):
         out.append((",", [None if v is None else f"{int(v):,}" for v in values]))
     return out
