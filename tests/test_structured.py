@@ -137,6 +137,12 @@ def test_renamed_fields_are_drafted_from_the_records_written() -> None:
     assert [p.field for p in block.placeholders] == [2]
     index = index_after(vocab, template + data, WRITTEN)
     assert any(d.startswith("db-01\n- CPU: 35%\n- Disk: 77%\n") for d in drafts(vocab, index))
+    # the first record, copied from the template, doubts the placeholders it cannot fill
+    first = index_after(vocab, template + data, "### ").propose(100, 3)
+    assert first
+    for cand in first:
+        text = [vocab.decode([t]) for t in cand.tokens.tolist()]
+        assert "<" not in text or float(cand.q[text.index("<")]) <= 0.1, text
 
 
 def test_number_formats() -> None:
