@@ -271,7 +271,8 @@ def _tasks_of(kind: str) -> list[Task]:
     raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
 
 
-PROMPT_SETS = ("bench", "tune")  # tune: bench/tasks_tune.py, for tuning apart from the bench
+PROMPT_SETS = ("bench", "tune", "data")  # tune: bench/tasks_tune.py, for tuning apart from the bench;
+# data: bench/tasks_data.py, reports with their data in many layouts (JSON, CSV, YAML, ...)
 
 
 def load_tasks(
@@ -282,6 +283,8 @@ def load_tasks(
         tasks_of = _tasks_of
     elif prompt_set == "tune":
         from bench.tasks_tune import tasks_of  # imports a few stdlib modules to read them
+    elif prompt_set == "data":
+        from bench.tasks_data import tasks_of
     else:
         raise ValueError(f"unknown prompt set {prompt_set!r}; known: {', '.join(PROMPT_SETS)}")
     tasks: list[Task] = []

@@ -429,7 +429,7 @@ def bench(
         typer.Option("--per-kind", help="At most this many prompts per kind (default: all; 1 with --quick)."),
     ] = None,
     prompt_set: Annotated[
-        str, typer.Option("--set", help="Prompt set: bench (the reported one) or tune (for tuning).")
+        str, typer.Option("--set", help="Prompt set: bench (the reported one); tune, data (reports) for tuning.")
     ] = "bench",
     threads: Annotated[int, typer.Option(help="CPU threads for every method (0 = all available).")] = 0,
     llama_server: Annotated[

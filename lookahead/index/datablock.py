@@ -1,11 +1,21 @@
 """A prompt's data block, parsed for the record index: data rows, header, placeholders.
 
-Step 1 of the record index (see `lookahead.index.records`): in the prompt, a line's fields
-are its runs of tokens between separator tokens (made of `,;|:` and tabs, maybe with
-spaces), without the spaces, quotes and brackets at their edges. The data block is the run
-of >= 3 consecutive lines with the same number (>= 2) of fields that has the most cells
-past the first column. Its first line is a header when it names the template's columns;
-then each "<name>" placeholder of the template that names a column is that column's value.
+Step 1 of the record index (see `lookahead.index.records`). The prompt's text is parsed
+first (`lookahead.index.structured`: JSON, YAML-like lists, `key: value` blocks, quoted
+CSV), and each value found is mapped back to the prompt's tokens: the tokens it spans when
+its edges fall on token edges, else the value's own tokenization. Columns the report may
+write in another format (fractions as percentages, thousands separators, true as "Yes")
+get a column per format, with `DataBlock.aliases` naming the column each one rewrites.
+
+When no such table is found, the line shape is read: in the prompt, a line's fields are
+its runs of tokens between separator tokens (made of `,;|:` and tabs, maybe with spaces),
+without the spaces, quotes and brackets at their edges. The data block is the run of >= 3
+consecutive lines with the same number (>= 2) of fields that has the most cells past the
+first column. Its first line is a header when it names the template's columns. If it has
+none, delimited lines under a header are parsed instead (a tab or a "," glued to the next
+word in one token, a "07:45" split at its ":" mislead the line shape). Each "<name>"
+placeholder of the template that names a column (loosely: "<last_reading>" names
+"last reading") is that column's value; "<share>%" names the column's percentage form.
 
 `parse_data_block` is pure: it reads the prompt's tokens and returns a `DataBlock`, which
 the record index only reads. `TokenText` holds a vocabulary's token texts and the
@@ -14,8 +24,12 @@ per-token classes both of them use (cached per token, the only state it keeps).
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from lookahead.index.structured import Table, find_table, other_forms
 
 Field = tuple[int, ...]  # a field's tokens
 FormKey = tuple[int, int, bool]  # (row, field, spaced)
@@ -36,9 +50,7 @@ class Kind:
 class TokenText:
     """A vocabulary's token texts and the classes the record index reads, cached per token."""
 
-    def __init__(
-        self, token_bytes: Callable[[int], bytes], tokenize: Callable[[str], list[int]] | None = None
-    ) -> None:
+    def __init__(self, token_bytes: Callable[[int], bytes], tokenize: Callable[[str], list[int]] | None = None) -> None:
         """token_bytes: a token's text (to find lines and separators); tokenize: text to
         tokens, to find the spaced form of a line's first word (" web" in "### web-02" for
         "web" at the start of a data line) and the text around a placeholder."""
@@ -114,11 +126,28 @@ class DataBlock:
     # forms[(row, field, spaced)]: a field's tokens as in the prompt (spaced=False) and as
     # written after a space (" Ghent" is " Gh" "ent", not " " "G" "h" "ent")
     forms: Mapping[FormKey, Field]
+    # aliases[f]: the column that column f writes in another format ("1,284,500" for
+    # "1284500"); where that format changes nothing ("956") f has no form, the column's is used
+    aliases: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
 
 def parse_data_block(prompt: Sequence[int], text: TokenText) -> DataBlock:
     """The prompt's data rows, header and column placeholders (see the module docstring)."""
     tokens = tuple(prompt)
+    parsed = _parsed_block(tokens, text)
+    if parsed is not None:
+        return parsed
+    block = _line_block(tokens, text)
+    if not block.columns:
+        # no header found by line shape: delimited lines under a header, parsed, do better
+        parsed = _parsed_block(tokens, text, plain=True)
+        if parsed is not None:
+            return parsed
+    return block
+
+
+def _line_block(tokens: tuple[int, ...], text: TokenText) -> DataBlock:
+    """The data block found by line shape (see the module docstring)."""
     lines, ends = _lines(tokens, text)
     # the biggest block of consecutive lines with the same field count (>= 2)
     best: tuple[int, int, int] = (0, 0, 0)  # (cells, start, end)
@@ -136,17 +165,95 @@ def parse_data_block(prompt: Sequence[int], text: TokenText) -> DataBlock:
     if len(rows) >= 3 and _is_header(rows[0], rows[1], tokens, text):
         # column names, to read the template's placeholders ("<region>") as fields
         columns = tuple(_column_name(f, text) for f in rows.pop(0))
+    return _block(tokens, text, rows, columns, span)
+
+
+def _block(
+    tokens: tuple[int, ...],
+    text: TokenText,
+    rows: Sequence[Sequence[Field]],
+    columns: tuple[str, ...],
+    span: tuple[int, int],
+) -> DataBlock:
     if sum(len(row) for row in rows) > MAX_FIELDS:
         return DataBlock(tokens, (), (), (0, 0), (), {})  # too big to tokenize every field twice
     forms: dict[FormKey, Field] = {}
     for r, row in enumerate(rows):
         for f, field in enumerate(row):
+            if not field:
+                continue  # a value the record lacks (or an empty one) is never copied
             forms[(r, f, False)] = field
             spaced = text.with_space(field)
             if spaced is not None:
                 forms[(r, f, True)] = spaced
     placeholders = _placeholders(tokens, columns, text) if columns else ()
     return DataBlock(tokens, tuple(tuple(row) for row in rows), columns, span, placeholders, forms)
+
+
+def _parsed_block(tokens: tuple[int, ...], text: TokenText, plain: bool = False) -> DataBlock | None:
+    """The data block of the table the prompt's text parses into, or None (no table, or
+    none of its values could be mapped to tokens)."""
+    pieces = [text.token_bytes(t) for t in tokens]
+    raw = b"".join(pieces)
+    string = raw.decode("utf-8", "surrogateescape")  # one character per byte it cannot read
+    table = find_table(string, plain=plain)
+    if table is None:
+        return None
+    char_byte = [0] * (len(string) + 1)  # character offset -> byte offset
+    for i, ch in enumerate(string):
+        char_byte[i + 1] = char_byte[i] + len(ch.encode("utf-8", "surrogateescape"))
+    starts = [0] * (len(tokens) + 1)  # token i covers bytes [starts[i], starts[i + 1])
+    for i, piece in enumerate(pieces):
+        starts[i + 1] = starts[i] + len(piece)
+    first = {b: i for i, b in reversed(list(enumerate(starts[:-1])))}  # byte -> token starting there
+    past = {b: i for i, b in enumerate(starts)}  # byte -> the token just past one ending there
+    rows: list[list[Field]] = []
+    for record in table.rows:
+        row: list[Field] = []
+        for cell in record:
+            if cell is None or not cell[1].strip():
+                row.append(())
+                continue
+            (a, b), value = cell
+            lo, hi = first.get(char_byte[a]), past.get(char_byte[b])
+            if lo is not None and hi is not None and lo < hi and string[a:b] == value:
+                row.append(tokens[lo:hi])  # the value's own tokens in the prompt
+            elif text.tokenize is not None:
+                row.append(tuple(text.tokenize(value)))  # its edges cut tokens: as written alone
+            else:
+                row.append(())
+        rows.append(row)
+    if not any(field for row in rows for field in row):
+        return None
+    columns = [_normal(c) for c in table.columns]
+    aliases = _add_other_forms(table, rows, columns, text)
+    start = bisect.bisect_right(starts, char_byte[table.span[0]]) - 1
+    end = bisect.bisect_left(starts, char_byte[table.span[1]])
+    block = _block(tokens, text, rows, tuple(columns), (max(start, 0), min(end, len(tokens))))
+    return replace(block, aliases=aliases) if block.rows else block
+
+
+def _add_other_forms(table: Table, rows: list[list[Field]], columns: list[str], text: TokenText) -> dict[int, int]:
+    """A column the report may write in another format gets a column per format (named
+    after it: "share%", "revenue,", "loanable!"), its values tokenized as written that way; a
+    value that format leaves as it was is not repeated (two columns would claim it).
+    Returns each new column's original."""
+    aliases: dict[int, int] = {}
+    if text.tokenize is None:
+        return aliases
+    for f in range(len(table.columns)):
+        values = [None if record[f] is None else record[f][1] for record in table.rows]  # type: ignore[index]
+        for suffix, formatted in other_forms(values):
+            aliases[len(columns)] = f
+            columns.append(columns[f] + suffix)
+            for row, value, old in zip(rows, formatted, values, strict=True):
+                row.append(tuple(text.tokenize(value)) if value and value != old else ())
+    return aliases
+
+
+def _normal(name: str) -> str:
+    """A column or placeholder name compared loosely: "Last_Reading" reads "last reading"."""
+    return " ".join(name.lower().replace("_", " ").replace("-", " ").split())
 
 
 def _lines(tokens: tuple[int, ...], text: TokenText) -> tuple[list[list[Field]], list[int]]:
@@ -222,7 +329,7 @@ def _placeholder(tokens: tuple[int, ...], i: int, columns: tuple[str, ...], text
         if ">" not in closing:
             continue
         inner = text.text(tokens[i + 1 : j]) + closing[: closing.index(">")]
-        name = inner.strip().lower()
+        name = _normal(inner)
         field = next(
             (f for f, col in enumerate(columns) if col and (name == col or name.startswith(col + " "))),
             None,
@@ -230,6 +337,9 @@ def _placeholder(tokens: tuple[int, ...], i: int, columns: tuple[str, ...], text
         if field is None:
             return None
         lead, rest = opening[:-1], closing[closing.index(">") + 1 :]
+        after_text = rest or text.text(tokens[j + 1 : j + 2])
+        if after_text.startswith("%") and columns[field] + "%" in columns:
+            field = columns.index(columns[field] + "%")  # "<share>%": the fraction as a percentage
         spaced = lead.endswith(" ") or (lead == "" and opening.startswith(" "))
         before = tuple(text.tokenize(lead.rstrip(" "))) if lead.rstrip(" ") else ()
         after = tuple(text.tokenize(rest)) if rest else ()

@@ -127,6 +127,17 @@ class RecordIndex:
         # row and field of the last whole value
         self._last_row = -1
         self._last_field = -1
+        self._row_fields: set[int] = set()  # the fields of that row written since it began
+        # how the written records moved between data rows: to the next row (as drafts
+        # assume) or elsewhere (records in another order than the data)
+        self._next_moves = 0
+        self._other_moves = 0
+        # a column of numbers with another format (see `DataBlock.aliases`): the format the
+        # report last wrote where the two differ, to read a value they agree on the same way
+        self._variants: dict[int, list[int]] = {}
+        for variant, column in block.aliases.items():
+            self._variants.setdefault(column, []).append(variant)
+        self._format: dict[int, int] = {}
         self._data_span = self._push_prompt()  # the data block in the normalized stream
         self._prompt_len = len(self._sym)  # symbols of the prompt in the normalized stream
 
@@ -216,13 +227,39 @@ class RecordIndex:
         assert self._open is not None
         r, f, _, spaced = self._open
         self._open, self._open_tokens = None, []
+        f = self._written_format(r, f)
+        if r != self._last_row:
+            if r == self._last_row + 1:
+                self._next_moves += 1
+            else:
+                self._other_moves += 1
+        if r != self._last_row:
+            self._row_fields = set()
+        self._row_fields.update((f, self.block.aliases.get(f, f)))
         self._last_row, self._last_field = r, f
         self._push(VALUE + f, r, spaced)
 
+    def _written_format(self, r: int, f: int) -> int:
+        """The column a whole value of row r, field f stands for: a number written in one
+        of two formats that agree on it ("956" with or without a thousands separator) is
+        read in the format the report last showed."""
+        column = self.block.aliases.get(f)
+        if column is not None:
+            self._format[column] = f  # "1,284,500": the report writes separators
+            return f
+        variants = self._variants.get(f)
+        if not variants:
+            return f
+        if any((r, v, False) in self._forms for v in variants):
+            self._format[f] = f  # "1284500": it does not
+            return f
+        return self._format.get(f, f)
+
     def _field_start(self, prefix: list[int]) -> tuple[int, int, bool] | None:
         """The (row, field, spaced) whose field the tokens `prefix` most likely begin to
-        copy: a later field of the row in use, then the next row, then the same row again
-        (a value said twice), then the nearest row."""
+        copy: a later field of the row in use or one not written yet (the template may order
+        the fields otherwise than the data), then the next row, then the same row again (a
+        value said twice), then the nearest row."""
         places = self._starts.get(prefix[0])
         if not places:
             return None
@@ -231,11 +268,13 @@ class RecordIndex:
             places = [p for p in places if self._forms[p][1 : len(prefix)] == rest]
             if not places:
                 return None
-        row, field = self._last_row, self._last_field
+        row, field, written = self._last_row, self._last_field, self._row_fields
+        aliases = self.block.aliases
 
         def rank(p: tuple[int, int, bool]) -> tuple[int, int, int]:
             if p[0] == row:
-                return (0 if p[1] > field else 2, 0, p[1])
+                later = p[1] > field or not (p[1] in written or aliases.get(p[1]) in written)
+                return (0 if later else 2, 0, p[1])
             if p[0] == row + 1:
                 return (1, 0, p[1])
             return (3, abs(p[0] - row - 1), p[0] * 1000 + p[1])
@@ -328,15 +367,23 @@ class RecordIndex:
                 f = s - VALUE
                 # written with a space before or not, as the copied value was
                 value = self._forms.get((r, f, self._sym_spaced[j]))
+                if value is None and f in self.block.aliases:  # that format changes nothing there
+                    value = self._forms.get((r, self.block.aliases[f], self._sym_spaced[j]))
                 if value is None:
                     break  # past the last data row, a row of another shape, no such form
                 tokens.extend(value)
-                qs.extend([q_val] * len(value))
+                q = q_val if r == max(row, 0) else q_val * self._order_factor()
+                qs.extend([q] * len(value))
             j += 1
         if not tokens:
             return None
         del tokens[max_depth:], qs[max_depth:]
         return Candidate(np.array(tokens, dtype=np.int32), np.array(qs, dtype=np.float32), SOURCE_RECORD)
+
+    def _order_factor(self) -> float:
+        """How far to trust a value of a row other than the one being written: the share of
+        the record's moves between rows so far that went to the next row (1 before any)."""
+        return (self._next_moves + 1) / (self._next_moves + self._other_moves + 1)
 
     def _shift(self, prev_end: int, max_scan: int, row: int) -> int | None:
         """Rows between the record being written (its row so far: `row`) and the one the
@@ -358,7 +405,7 @@ class RecordIndex:
                 return shift if shift >= 0 else None
         for j in range(prev_end + 1, min(prev_end + 1 + max_scan, len(rows))):
             if rows[j] == _TEMPLATE_ROW:
-                return max(row, 0) + 1
+                return row + 2  # a record start: the row after the last one written (row 0 first)
             if rows[j] != _TEXT:
                 return row + 1 - rows[j] if row >= rows[j] else None
         return None
