@@ -23,8 +23,11 @@ from statistics import median
 
 # Median slowdown (measured / idle cost at full threads) above which the machine is busy.
 BUSY = 1.5
-# Steps whose median decides for a thread count (a trial of another count is half of it).
+# Steps whose median decides for a thread count.
 WINDOW = 16
+# Steps before a count's median is trusted, and the length of a trial of another count: a
+# drafting generation is only 15-40 steps, so a load must be found within a few.
+FIRST = 4
 # Steps at a reduced count before all counts are tried again (has the load gone?).
 RECHECK = 96
 
@@ -65,7 +68,7 @@ class ThreadGovernor:
     def median(self, threads: int) -> float | None:
         """The median slowdown of `threads` over its recent steps (None before enough)."""
         xs = self._slow[threads]
-        return median(xs) if len(xs) >= max(3, self.window // 2) else None
+        return median(xs) if len(xs) >= min(FIRST, self.window) else None
 
     def observe(self, size: int, seconds: float) -> int | None:
         """One verify of `size` tokens took `seconds` at the current count; maybe switch."""
@@ -77,8 +80,8 @@ class ThreadGovernor:
         mid = self.median(self.threads)
         if mid is None:
             return None
-        if self._in_round:  # a round of trials: each count gets its half window
-            if self._since >= max(3, self.window // 2):
+        if self._in_round:  # a round of trials: each count gets FIRST steps
+            if self._since >= min(FIRST, self.window):
                 return self._switch(self._trial.pop(0)) if self._trial else self._settle()
             return None
         if self._since < self._wait:
