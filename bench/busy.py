@@ -144,9 +144,9 @@ def write(args: argparse.Namespace, model: Model, runs: list[dict[str, Any]], co
     )
     lines += ["", f"Outputs equal to plain@all's: {same}/{sum(1 for r in runs if r['method'] != 'plain@all')} runs.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps({"machine": info, "costs": costs, "runs": [
+    Path(f"{stem}.json").write_text(json.dumps({"machine": info, "costs": costs, "runs": [
         {k: v for k, v in r.items() if k != "tokens"} for r in runs]}, indent=1))
-    stem.with_suffix(".md").write_text("\n".join(lines))
+    Path(f"{stem}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 
