@@ -70,6 +70,13 @@ def run_generate(
     events = lm.stream(text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg)
     result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
     print_result(result, as_json, err, n_ctx=lm.backend.n_ctx)
+    gov = lm.governor
+    if gov is not None and gov.switches and not as_json:
+        err.print(
+            f"busy machine: the thread count changed {gov.switches} time(s), "
+            f"ending at {lm.backend.n_threads} of {gov.max_threads} (set --threads to pin it)",
+            highlight=False,
+        )
 
 
 def check_options(*, max_tokens: int | None, n_ctx: int, threads: int, draft: DraftConfig) -> None:
