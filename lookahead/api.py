@@ -127,26 +127,8 @@ class Model:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             b.reset()
             costs = b.measure_cost(COST_SIZES, repeats=3)
-            if not plausible(costs):  # measured while something else ran: not kept
-                self.drafting.cost = CostModel(costs)
-                self.drafting.controllers.clear()
-                self._cost_ready = True
-                self._new_governor(costs)
-                return costs
-            try:
-                data = json.loads(path.read_text()) if path.exists() else {}
-                if not isinstance(data, dict):
-                    data = {}
-            except (OSError, ValueError):
-                data = {}
-            data[key] = costs
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(data))
-                tmp.replace(path)
-            except OSError:
-                pass  # a read-only cache only costs the measurement next time
+            if plausible(costs):  # one measured while something else ran is not kept
+                _store_costs(path, key, costs)
         self.drafting.cost = CostModel(costs)
         self.drafting.controllers.clear()
         self._cost_ready = True
@@ -351,6 +333,24 @@ def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: 
 
 
 PROBE_CACHE = "probe.json"
+
+
+def _store_costs(path: Path, key: str, costs: dict[int, float]) -> None:
+    """Add `costs` under `key` to the cost cache file, atomically."""
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = costs
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs the measurement next time
 
 
 def plausible(costs: dict[int, float]) -> bool:

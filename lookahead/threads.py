@@ -2,13 +2,13 @@
 
 llama.cpp's threads meet at a barrier after every operation of a decode, so one thread
 that the OS deschedules (another process wants its core) stalls all of them: on a 2-vCPU
-machine with one CPU-bound process beside it, two threads ran 2-3x slower than idle and
+machine with one CPU-bound process beside it, two threads ran 3-4x slower than idle and
 one thread was faster than two. The controller already times every verify; this watches
 those times, and when they run well above what the machine measured idle, tries fewer
 threads, keeps whichever count is fastest now, and tries all of them again from time to
 time so that it returns when the load goes away.
 
-Robust by construction: a step's slowdown is its time over the idle cost of its batch
+Robust to outliers: a step's slowdown is its time over the idle cost of its batch
 size, and decisions read the median of the last `window` slowdowns of a thread count,
 which a few outliers (a page fault, one slow step) cannot move. Pure: it is fed sizes and
 seconds, and says which thread count to use; `Model` applies it to the backend and swaps
