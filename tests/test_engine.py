@@ -175,3 +175,25 @@ def test_drafts_are_cut_to_fit_one_batch_with_the_root() -> None:
         _, spec = run(model, config, drafter, policy)
         assert spec.tokens == plain.tokens
         assert max(model.verified) == 3  # the root and three nodes: every batch was full
+
+
+def test_a_cap_of_zero_for_good_turns_drafting_off_for_the_rest_of_the_generation() -> None:
+    """Exact mode above its split: no draft can be verified any more, so the drafter is no
+    longer fed or asked (its per-step upkeep is plain decoding's overhead)."""
+    model = FakeModel(n_vocab=16, seed=3)
+    config = GenerationConfig(30)
+    _, plain = run(model, config)
+    drafter = OracleDrafter(PROMPT + model.greedy(PROMPT, 30))
+    observed: list[int] = []
+    feed = drafter.observe
+    drafter.observe = lambda toks: (observed.append(len(toks)), feed(toks))  # type: ignore[method-assign]
+    split = len(PROMPT) + 6
+    model.verified.clear()
+    result = None
+    for event in generate(model, PROMPT, config, drafter, FixedPolicy(4), node_cap=lambda used: 4 if used < split else 0):
+        if isinstance(event, Done):
+            result = event.result
+    assert result is not None and result.tokens == plain.tokens
+    calls = len(observed)
+    assert 1 < calls < 6  # the prompt, then a few steps below the split, then nothing
+    assert max(model.verified[calls:]) == 0  # no draft nodes verified from then on
