@@ -75,7 +75,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", default="rename_buf,attr_rename,logging", help="tune-set code edits")
     args = p.parse_args(argv)
     names = args.tasks.split(",")
-    tasks = [t for t in tune_tasks_of("code_edit") if t.id.split("/")[1] in names]
+    known = {t.id.split("/")[1]: t for t in tune_tasks_of("code_edit")}
+    unknown = [n for n in names if n not in known]
+    if unknown or args.repeats < 1 or args.max_tokens < 1:
+        p.error(f"unknown tasks {', '.join(unknown)}; known: {', '.join(known)}" if unknown
+                else "--repeats and --max-tokens must be >= 1")
+    tasks = [known[n] for n in names]
     model = load(args.model)
     full = model.backend.n_threads
     # idle cost curves at every count first, before any load
