@@ -44,7 +44,8 @@ SPIN = "while True: pass"
 def _pin(model: Model, threads: int, costs: dict[int, dict[int, float]]) -> None:
     model.adapt_threads = False
     model.backend.set_threads(threads)
-    model.drafting.cost = CostModel(costs[threads])
+    b = model.backend
+    model.drafting.cost = CostModel(costs[threads], slope=model.cost_slope, cells=lambda: b.n_used)
     model.drafting.controllers.clear()
 
 

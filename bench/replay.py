@@ -64,7 +64,7 @@ class TruthVerifier:
         self.n_past += len(tokens)
 
     def verify(self, root: int, draft: Draft) -> _Rows:
-        self.now += self.cost(len(draft) + 1)
+        self.now += self.cost(len(draft) + 1, self.n_used + len(draft) + 1)
         return _Rows(self, draft)
 
     def commit(self, draft: Draft, accepted: list[int]) -> None:
@@ -151,14 +151,19 @@ def _config(pairs: list[str]) -> DraftConfig:
 def replay(
     model: lookahead.Model, tasks: list[Task], truth: dict[str, list[int]], config: DraftConfig,
     *, oracle: bool, shared: bool, verbose: bool, curve: dict[int, float] | None = None,
+    context: bool = True,
 ) -> dict[str, list[float]]:
     calibration = model.calibrate()
     if curve:  # another machine's shape t(n)/t(1), at this machine's t(1)
         calibration = {n: calibration[1] * r for n, r in {1: 1.0, **curve}.items()}
     sizes = sorted(calibration)
+    slope = model.cost_slope if context else {}
+    base = CostModel(calibration, slope=slope)
 
-    def cost(n: int) -> float:
-        return float(np.interp(n, sizes, [calibration[k] for k in sizes]))
+    def cost(n: int, cells: int = 0) -> float:
+        """Modeled seconds of a batch of n with `cells` in the cache (the context slope)."""
+        t = float(np.interp(n, sizes, [calibration[k] for k in sizes]))
+        return t * float(base.factor(np.array([n]), cells)[0])
 
     speedups: dict[str, list[float]] = {}
     for task in tasks:
@@ -167,13 +172,16 @@ def replay(
             continue
         out = truth[task.id]
         state = model.drafting
-        state.cost = CostModel(calibration)  # the modeled clock follows it exactly
+        v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
+        # the modeled clock follows it exactly
+        state.cost = CostModel(calibration, slope=slope, cells=lambda v=v: v.n_used)
         if not shared:
             state.controllers.clear()
-        v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
         drafter, policy = state.drafter(config), state.policy(config)
         if oracle and isinstance(policy, Controller):
-            policy.choose = oracle_choice(policy, v, cost)  # type: ignore[method-assign]
+            policy.choose = oracle_choice(  # type: ignore[method-assign]
+                policy, v, lambda n, v=v: cost(n, v.n_used + n)
+            )
         prompt = model.prompt_tokens(task.prompt, task.chat)
         steps: list[str] = []
         result = None
@@ -187,7 +195,9 @@ def replay(
                 steps.append((f"[{event.drafted}/{event.accepted}]" if event.drafted else "") + repr(text)[1:-1])
         assert result is not None and result.tokens == out, f"{task.id}: the replay left the output"
         s = result.stats
-        x = len(out) * cost(1) / s.decode_s
+        # plain decoding's modeled time: one token per step, the cache one cell deeper each
+        plain_s = sum(cost(1, len(prompt) + i) for i in range(len(out)))
+        x = plain_s / s.decode_s
         speedups.setdefault(task.kind, []).append(x)
         drafting = sum(1 for k in s.k_trace if k) / max(s.steps, 1)
         print(f"{task.id:28s} {x:5.2f}x  steps {s.steps:4d}  accepted {s.accepted:4d}  "
@@ -214,6 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--curve", default=None, metavar="N=RATIO,...",
                    help="model another machine: its t(n)/t(1), e.g. 2=1.33,4=1.71,8=2.88,16=4.59,32=8.47,64=15.9")
+    p.add_argument("--no-context", action="store_true",
+                   help="model every verify on an empty cache (no context slope), as before v3 costs")
     p.add_argument("-v", "--verbose", action="store_true", help="print every step")
     args = p.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -248,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     for label, oracle in runs:
         print(f"== {label}: {config}")
         speedups = replay(
-            model, tasks, truth, config, oracle=oracle, shared=args.shared, verbose=args.verbose, curve=curve
+            model, tasks, truth, config, oracle=oracle, shared=args.shared, verbose=args.verbose, curve=curve,
+            context=not args.no_context,
         )
         every = [x for xs in speedups.values() for x in xs]
         medians = "  ".join(f"{k} {float(np.median(xs)):.3f}" for k, xs in speedups.items())

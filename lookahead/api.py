@@ -45,8 +45,13 @@ EXACT_MIN_CTX = EXACT_SPLIT + 32
 # t(3) = 2.64, t(4) = 2.87, t(5) = 3.79 times t(1)).
 COST_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # Part of the cost cache key: bump it when the measurement changes, so old tables are
-# measured again (v2: more sizes, interleaved rounds).
-COST_VERSION = "v2"
+# measured again (v2: more sizes, interleaved rounds; v3: the context slope too).
+COST_VERSION = "v3"
+# The context slope: t(n) measured again with this many cells in the cache (or half the
+# context, if smaller), at these sizes. Deep in a long prompt a verify costs more, big
+# batches more so: on a 2-core AVX2 EPYC with Qwen-0.5B, ... (see CostModel).
+SLOPE_DEPTH = 1024
+SLOPE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 # Text for the exactness self-test: ordinary code, long enough for 64-token batches.
 _SELFTEST_TEXT = (
@@ -82,6 +87,8 @@ class Model:
         self._full_threads = backend.n_threads
         self._costs_by_threads: dict[int, CostModel] = {}
         self._exact_limits: tuple[int, int] | None = None
+        # extra fraction of t(n) per cell in the cache, per n (see CostModel); set by calibrate
+        self.cost_slope: dict[int, float] = {}
 
     def exact_limits(self) -> tuple[int, int]:
         """Largest verify batches whose logits are bit-identical to one-token decoding here,
@@ -111,7 +118,8 @@ class Model:
         """Measure (or load from the cache) the verify cost t(n) on this machine.
 
         Measured on an empty cache: cells left by an earlier generation (a longer context,
-        parked cells) would make every size look dearer, and the table is cached.
+        parked cells) would make every size look dearer, and the table is cached. Then
+        measured again deeper in the cache, for the context slope (`cost_slope`).
         """
         path = self.cache_dir / "costs.json"
         b = self.backend
@@ -122,14 +130,17 @@ class Model:
         if not b.config.repack:  # costs are per backend configuration
             key += f":{probe.NO_EXTRA_BUFTS.name}"
         try:
-            table = json.loads(path.read_text())[key]
-            costs = {int(n): float(t) for n, t in table.items()}
+            entry = json.loads(path.read_text())[key]
+            costs = {int(n): float(t) for n, t in entry["costs"].items()}
+            slope = {int(n): float(t) for n, t in entry["slope"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             b.reset()
             costs = b.measure_cost(COST_SIZES, repeats=3)
+            slope = measure_slope(b, costs)
             if plausible(costs):  # one measured while something else ran is not kept
-                _store_costs(path, key, costs)
-        self.drafting.cost = CostModel(costs)
+                _store_costs(path, key, {"costs": costs, "slope": slope})
+        self.cost_slope = slope
+        self.drafting.cost = CostModel(costs, slope=slope, cells=lambda: b.n_used)
         self.drafting.controllers.clear()
         self._cost_ready = True
         self._new_governor(costs)
@@ -138,8 +149,13 @@ class Model:
     def _new_governor(self, costs: dict[int, float]) -> None:
         sizes = sorted(costs)
         idle = [costs[k] for k in sizes]
-        self.governor = ThreadGovernor(self._full_threads, lambda n: float(np.interp(n, sizes, idle)))
-        self._costs_by_threads = {self._full_threads: self.drafting.cost}
+        cost = self.drafting.cost
+
+        def idle_cost(n: int) -> float:  # at the cells in use now: a long prompt is not load
+            return float(np.interp(n, sizes, idle) * cost.factor(np.array([n]), cost.context)[0])
+
+        self.governor = ThreadGovernor(self._full_threads, idle_cost)
+        self._costs_by_threads = {self._full_threads: cost}
 
     def _after_verify(self, size: int, seconds: float) -> None:
         """Feed the thread governor a verify time; apply its switch (threads, cost curve)."""
@@ -152,7 +168,7 @@ class Model:
         self.backend.set_threads(threads)
         cost = self._costs_by_threads.get(threads)
         if cost is None:  # learned from this count's own steps, seeded with the idle curve
-            cost = self._costs_by_threads[threads] = CostModel(self.drafting.cost.measured)
+            cost = self._costs_by_threads[threads] = self.drafting.cost.spawn(self.drafting.cost.measured)
         self.drafting.cost = cost
         for controller in self.drafting.controllers.values():
             controller.cost = cost
@@ -240,7 +256,9 @@ class Model:
         draft = draft or DraftConfig()
         slots = LlamaSlots(self.backend, parallel)
         try:
-            batch = Batch(slots, self.drafting.cost, budget=draft.budget, min_gain=draft.min_gain)
+            # a batch's cells are its slots', not this context's: the empty-cache curve
+            cost = self.drafting.cost.spawn(self.drafting.cost.measured, context=False)
+            batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain)
             ids = [
                 self.add_to(
                     batch, self.prompt_tokens(p, chat), max_tokens=max_tokens, stop=stop, sampling=sampling,
@@ -335,15 +353,32 @@ def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: 
 PROBE_CACHE = "probe.json"
 
 
-def _store_costs(path: Path, key: str, costs: dict[int, float]) -> None:
-    """Add `costs` under `key` to the cost cache file, atomically."""
+def measure_slope(b: LlamaBackend, costs: dict[int, float]) -> dict[int, float]:
+    """Extra fraction of t(n) per cached cell, per n: t(n) measured again with SLOPE_DEPTH
+    cells in the cache (or half the context), against `costs` (an empty cache). Empty when
+    the context is too small to tell; the cache is left empty."""
+    depth = min(SLOPE_DEPTH, b.n_ctx // 2)
+    sizes = [n for n in SLOPE_SIZES if n in costs and depth + n + 1 < b.n_ctx]
+    if depth < 256 or not sizes:
+        return {}
+    b.reset()
+    # any tokens do: attention's cost depends on how many cells there are, not what they hold
+    b.prefill(np.arange(depth, dtype=np.int32) % b.n_vocab)
+    deep = b.measure_cost(sizes, repeats=2)
+    b.reset()
+    return {n: max(0.0, deep[n] / costs[n] - 1.0) / depth for n in sizes if n in deep}
+
+
+def _store_costs(path: Path, key: str, entry: dict[str, dict[int, float]]) -> None:
+    """Add `entry` (the cost curve and its context slope) under `key` to the cost cache file,
+    atomically."""
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
         if not isinstance(data, dict):
             data = {}
     except (OSError, ValueError):
         data = {}
-    data[key] = costs
+    data[key] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -54,6 +54,13 @@ class CostModel:
     linearly, and held constant beyond them: with only t(1) measured the curve is the prior
     shape scaled to t(1); with dense measurements it follows them. Finally the table is
     made non-decreasing in size (a bigger batch never costs less).
+
+    Context: a batch attends to every cell in the KV cache, so on a small model a verify
+    deep in a long prompt costs more than on an empty cache, and more so for big batches
+    (attention grows with size x cells, the weights' matmuls far slower than size). With
+    `slope` (size -> extra fraction per cell, from calibrating at two depths) and `cells`
+    (the cells in use now), t(size) = t0(size) * (1 + slope(size) * cells): the estimates
+    are kept for an empty cache (t0), each observation divided by its factor first.
     """
 
     def __init__(
@@ -63,10 +70,16 @@ class CostModel:
         prior: Mapping[int, float] | None = None,
         rate: float = 0.1,
         seed_weight: float = 4.0,
+        slope: Mapping[int, float] | None = None,
+        cells: Callable[[], int] | None = None,
     ) -> None:
         # rate: EMA weight of a new observation once a size has been seen 1 / rate times.
         # seed_weight: how many observations one calibration value counts for.
-        shape = dict(DEFAULT_SHAPE if prior is None else prior)
+        self._shape = dict(DEFAULT_SHAPE if prior is None else prior)
+        shape = self._shape
+        self.slope = {int(k): max(0.0, float(v)) for k, v in (slope or {}).items() if k >= 1}
+        self.cells = cells
+        self._context_table: tuple[int, Floats] | None = None  # (cells, table) last built
         if not shape or min(shape) < 1 or min(shape.values()) <= 0:
             raise ValueError("prior needs positive costs at sizes >= 1")
         self._prior_sizes = np.array(sorted(shape), dtype=np.float64)
@@ -99,6 +112,7 @@ class CostModel:
         if not (math.isfinite(seconds) and seconds > 0):
             return
         self._grow(size)
+        seconds /= float(self.factor(np.array([size]), self.context)[0])
         count = self._count[size]
         if count == 0:
             self._est[size] = seconds
@@ -111,11 +125,42 @@ class CostModel:
         self._table = None
 
     def table(self, max_size: int) -> Floats:
-        """t[size] in seconds for size 0..max_size at least (t[0] = 0), non-decreasing."""
+        """t[size] in seconds for size 0..max_size at least (t[0] = 0), non-decreasing, at
+        the cells in use now."""
         if self._table is None or len(self._table) <= max_size:
             self._grow(max_size)
             self._table = self._build(len(self._est) - 1)
-        return self._table
+            self._context_table = None
+        cells = self.context
+        if cells <= 0 or not self.slope:
+            return self._table
+        last = self._context_table
+        if last is None or last[0] != cells:
+            t = self._table * self.factor(np.arange(len(self._table)), cells)
+            t = np.maximum.accumulate(t)
+            t.flags.writeable = False
+            last = self._context_table = (cells, t)
+        return last[1]
+
+    @property
+    def context(self) -> int:
+        """KV cells in use now (0 without a `cells` source)."""
+        return int(self.cells()) if self.cells is not None else 0
+
+    def factor(self, sizes: npt.NDArray[np.int_], cells: int) -> Floats:
+        """t(size) at `cells` cells over t(size) on an empty cache: 1 + slope(size) * cells,
+        the slope interpolated between calibrated sizes and held beyond them."""
+        if cells <= 0 or not self.slope:
+            return np.ones(len(sizes))
+        ks = sorted(self.slope)
+        return 1.0 + np.interp(sizes, ks, [self.slope[k] for k in ks]) * cells
+
+    def spawn(self, calibration: Mapping[int, float] | None = None, *, context: bool = True) -> CostModel:
+        """A new model with this one's prior, context slope and cells source (unless not
+        `context`: costs on an empty cache), seeded with `calibration`."""
+        if not context:
+            return CostModel(calibration, prior=self._shape, rate=self.rate)
+        return CostModel(calibration, prior=self._shape, rate=self.rate, slope=self.slope, cells=self.cells)
 
     def seconds(self, size: int) -> float:
         """Estimated seconds to verify a batch of `size` tokens."""
@@ -123,7 +168,8 @@ class CostModel:
 
     @property
     def measured(self) -> dict[int, float]:
-        """Sizes with observations (or calibration) and their current estimates."""
+        """Sizes with observations (or calibration) and their current estimates, for an
+        empty cache."""
         return {int(k): float(self._est[k]) for k in np.flatnonzero(self._count > 0)}
 
     def _prior(self, sizes: Floats) -> Floats:

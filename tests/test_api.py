@@ -23,9 +23,43 @@ def test_calibration_after_a_generation_measures_an_empty_cache(smol_model, tmp_
     monkeypatch.setattr(smol_model.backend, "measure_cost", spy)
     monkeypatch.setattr(smol_model, "cache_dir", tmp_path)  # no cached table: measure
     smol_model.calibrate()
-    assert seen == [0]
+    # empty first; then deeper, for the context slope; the cache is left empty
+    assert seen[0] == 0
+    assert seen[1:] == [min(1024, smol_model.backend.n_ctx // 2)]
+    assert smol_model.backend.n_used == 0
     monkeypatch.setattr(smol_model.backend, "measure_cost", real)
     smol_model._cost_ready = False
+
+
+@pytest.mark.model
+def test_calibration_caches_the_context_slope(smol_model, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """t(n) deep in the cache over t(n) on an empty one, per cell: measured once, then read
+    from the cache with the curve; the controller's cost model prices the cells in use."""
+    calls: list[int] = []
+
+    def fake(*args: object, **kwargs: object) -> dict[int, float]:
+        calls.append(smol_model.backend.n_used)
+        deep = smol_model.backend.n_used > 0
+        return {n: 0.01 * n * (1.5 if deep and n >= 8 else 1.0) for n in (1, 2, 4, 8, 16, 32, 64)}
+
+    monkeypatch.setattr(smol_model.backend, "measure_cost", fake)
+    monkeypatch.setattr(smol_model, "cache_dir", tmp_path)
+    try:
+        smol_model.calibrate()
+        depth = calls[1]
+        assert smol_model.cost_slope[1] == 0.0
+        assert smol_model.cost_slope[8] == pytest.approx(0.5 / depth)
+        smol_model.calibrate()  # from the cache
+        assert len(calls) == 2
+        assert smol_model.cost_slope[64] == pytest.approx(0.5 / depth)
+        cost = smol_model.drafting.cost
+        smol_model.backend.prefill(smol_model.backend.tokenize("x " * 40))
+        cells = smol_model.backend.n_used
+        assert cost.seconds(8) == pytest.approx(0.08 * (1 + 0.5 * cells / depth))
+        assert cost.seconds(1) == pytest.approx(0.01)
+    finally:
+        smol_model.backend.reset()
+        smol_model._cost_ready = False
 
 
 @pytest.mark.model

@@ -125,6 +125,42 @@ def test_cost_is_monotone_and_extends_past_calibration() -> None:
     assert shaped.seconds(200) > shaped.seconds(128)
 
 
+def test_cost_prices_the_cells_in_use() -> None:
+    """Deep in a long prompt, t(n) = t0(n) * (1 + slope(n) * cells): observations are
+    stored for an empty cache, and the table follows the cells in use."""
+    cells = [0]
+    slope = {1: 0.0, 8: 1e-4, 64: 5e-4}
+    cost = CostModel({1: 0.01, 8: 0.04, 64: 0.2}, slope=slope, cells=lambda: cells[0])
+    assert cost.seconds(64) == pytest.approx(0.2)
+    cells[0] = 1000
+    assert cost.seconds(1) == pytest.approx(0.01)
+    assert cost.seconds(8) == pytest.approx(0.04 * 1.1)
+    assert cost.seconds(64) == pytest.approx(0.2 * 1.5)
+    assert cost.seconds(36) == pytest.approx(cost.table(64)[36])
+    assert np.all(np.diff(cost.table(100)) >= 0)
+    cost.observe(8, 0.044)  # what the cells predicted: t0(8) unchanged
+    assert cost.measured[8] == pytest.approx(0.04)
+    cells[0] = 0
+    assert cost.seconds(64) == pytest.approx(0.2)
+    assert cost.spawn({1: 0.02}, context=False).slope == {}
+    twin = cost.spawn({1: 0.02, 64: 0.4})
+    cells[0] = 1000
+    assert twin.seconds(64) == pytest.approx(0.4 * 1.5)
+
+
+def test_a_deep_cache_shortens_the_draft() -> None:
+    """The same draft, priced at 2000 cells where big batches cost 2x more: the controller
+    verifies fewer nodes than on an empty cache."""
+    cells = [0]
+    cal = {s: 0.01 * DEFAULT_SHAPE[s] for s in SIZES}
+    ctl = Controller(ControlConfig(**NEUTRAL), CostModel(cal, slope={1: 0.0, 64: 5e-4}, cells=lambda: cells[0]))  # type: ignore[arg-type]
+    draft = Draft.chain(list(range(1, 65)), SOURCE_NGRAM, 0.97)
+    shallow = ctl.choose(draft)
+    cells[0] = 2000
+    deep = ctl.choose(draft)
+    assert 0 < deep < shallow
+
+
 def test_cost_learns_robustly() -> None:
     cost = CostModel({1: 0.01, 8: 0.04})
     cost.observe(1, 1.0)  # a stall: moves the estimate, but at most halfway to 2x

@@ -14,7 +14,7 @@ TRUTH = [5, 6, 7, 8, 9] * 12 + [3, 4]
 PROMPT = [1, 2] + [5, 6, 7, 8, 9] * 3
 
 
-def cost(n: int) -> float:
+def cost(n: int, cells: int = 0) -> float:
     return 0.01 * (1 + 0.4 * (n - 1))
 
 
@@ -37,6 +37,21 @@ def test_replay_writes_the_known_output_on_a_modeled_clock() -> None:
     assert tokens == TRUTH  # drafts are accepted exactly where they are the output
     assert decode_s == pytest.approx(now)  # the engine timed the steps with the given clock
     assert steps < len(TRUTH) and now < len(TRUTH) * cost(1)  # copying paid
+
+
+def test_the_clock_prices_the_cells_in_use() -> None:
+    """Each verify is charged at the cells the cache holds then (prompt, output so far and
+    the batch itself), so a model's context slope reaches the modeled time."""
+    seen: list[tuple[int, int]] = []
+
+    def spy(n: int, cells: int = 0) -> float:
+        seen.append((n, cells))
+        return cost(n)
+
+    v = TruthVerifier(TRUTH, n_vocab=16, cost=spy, token_bytes=lambda t: bytes([97 + t]))
+    events = list(generate(v, PROMPT, GenerationConfig(max_tokens=8), None, None, clock=lambda: v.now))
+    assert isinstance(events[-1], Done)
+    assert seen == [(1, len(PROMPT) + i) for i in range(8)]
 
 
 def test_oracle_is_at_least_as_fast() -> None:

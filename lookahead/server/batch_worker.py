@@ -40,8 +40,10 @@ class BatchWorker:
         self.slots = LlamaSlots(model.backend, parallel)
         self.n_ctx = self.slots.slot_ctx  # what one request may use
         draft = draft or DraftConfig()
+        # the batch's cells are the slots', not the model context's: the empty-cache curve
+        cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)
         # the step's node budget: what one request may verify alone, shared by the batch
-        self.batch = Batch(self.slots, model.drafting.cost, budget=draft.budget, min_gain=draft.min_gain)
+        self.batch = Batch(self.slots, cost, budget=draft.budget, min_gain=draft.min_gain)
         self._req_of: dict[int, Request] = {}  # id(job) -> its request
         self._waiting: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
