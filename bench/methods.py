@@ -126,6 +126,10 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
 
     def run(task: Task, max_tokens: int) -> Measurement:
         tokens = model.prompt_tokens(task.prompt, task.chat)
+        # each run as a fresh `lookahead generate` process starts: nothing the controller
+        # learned on the bench's earlier prompts (other kinds, other runs) carries over; the
+        # machine's cost curve does (it is cached on disk for a new process too)
+        model.drafting.controllers.clear()
         t0 = time.perf_counter()
         return timed(model.stream(task.prompt, tokens=tokens, max_tokens=max_tokens, draft=config), t0)
 

@@ -10,10 +10,13 @@ report and prose chat prompts (bench/tasks.py), at C = 1, 2, 4, 8. Three ways to
 
 - serial: one generation at a time with drafts (what `serve --parallel 1` does); a client's
   request waits for the ones ahead of it.
+- serial, no drafts: the same, plain decoding: the baseline batching alone is measured against.
 - parallel, no drafts: C slots, every step one decode of each running request's next token.
 - parallel, drafts: the same with drafts, one node budget per step for the whole batch.
 
-Per run: aggregate tokens/s (every request's tokens over the wall time of the level) and
+Per run: aggregate tokens/s (every request's tokens over the wall time of the level), the
+same over the decode phase only (the wall time less the time spent prefilling prompts, which
+batching does not change: on short outputs prefill is most of the wall time), and
 per-request inter-token latency (its decode time after the first token over its tokens
 after the first), p50 and p95 over requests. Beside each C, the bound C * t(1) / t(C) from
 this machine's measured cost curve: the most batching C plain requests can gain in
@@ -46,7 +49,10 @@ from lookahead.multi import Batch, batching_bound
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("code_edit", "report", "prose")
-MODES = ("serial", "parallel, no drafts", "parallel, drafts")
+MODES = ("serial", "serial, no drafts", "parallel, no drafts", "parallel, drafts")
+# what each mode is compared with: the serial service with the same drafting, and for
+# batched drafts, batching alone
+BASE = {"parallel, no drafts": "serial, no drafts", "parallel, drafts": "serial"}
 PLAIN = DraftConfig(enabled=False)
 DRAFTS = DraftConfig()
 
@@ -73,35 +79,40 @@ def _itl(times: list[float], n_tokens: int) -> float | None:
     return (times[-1] - times[0]) / (n_tokens - 1)
 
 
-def run_serial(model: Model, queues: list[list[Task]], max_tokens: int) -> dict[str, Any]:
+def run_serial(model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool = True) -> dict[str, Any]:
     """One request at a time, clients served in turn (a FIFO of their requests)."""
     order = [q[j] for j in range(max(map(len, queues))) for q in queues if j < len(q)]
     itls: list[float] = []
     tokens = 0
+    prefill = 0.0
     t0 = time.perf_counter()
     for task in order:
         stamps: list[float] = []
-        for event in model.stream(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=DRAFTS):
+        draft = DRAFTS if drafts else PLAIN
+        for event in model.stream(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft):
             if isinstance(event, Step) and event.tokens:
                 stamps.append(time.perf_counter())
             elif isinstance(event, Done):
                 tokens += event.result.stats.n_tokens
+                prefill += event.result.stats.prefill_s
                 itl = _itl(stamps, event.result.stats.n_tokens)
                 if itl is not None:
                     itls.append(itl)
-    return {"wall_s": time.perf_counter() - t0, "tokens": tokens, "itl": itls}
+    return {"wall_s": time.perf_counter() - t0, "tokens": tokens, "itl": itls, "prefill_s": prefill}
 
 
 def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool) -> dict[str, Any]:
     """All clients at once, each in a slot; a client's next request joins when its last ends."""
     slots = LlamaSlots(model.backend, len(queues))
     try:
-        batch = Batch(slots, model.drafting.cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
+        cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)  # slots' cells
+        batch = Batch(slots, cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
         pending = [deque(q) for q in queues]
         owner: dict[int, int] = {}
         stamps: dict[int, list[float]] = {}
         itls: list[float] = []
         tokens = 0
+        prefill = 0.0
         sizes: list[int] = []
 
         def send(client: int) -> None:
@@ -126,6 +137,7 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
                     stamps[req.id].append(now)
                 elif isinstance(event, Done):
                     tokens += event.result.stats.n_tokens
+                    prefill += event.result.stats.prefill_s  # its chunks' decodes: serial in the step
                     itl = _itl(stamps.pop(req.id), event.result.stats.n_tokens)
                     if itl is not None:
                         itls.append(itl)
@@ -133,7 +145,15 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
         wall = time.perf_counter() - t0
     finally:
         slots.close()
-    return {"wall_s": wall, "tokens": tokens, "itl": itls, "mean_batch": statistics.fmean(sizes) if sizes else 0.0}
+    return {
+        "wall_s": wall, "tokens": tokens, "itl": itls, "prefill_s": prefill,
+        "mean_batch": statistics.fmean(sizes) if sizes else 0.0,
+    }  # fmt: skip
+
+
+def _decode_s(run: dict[str, Any]) -> float:
+    """The run's wall time less its prefill (older records have none: the wall time)."""
+    return max(run["wall_s"] - run.get("prefill_s", 0.0), 1e-9)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -174,8 +194,8 @@ def main(argv: list[str] | None = None) -> None:
             queues = workload(c, args.per_client)
             k = (rep + c) % len(MODES)
             for mode in MODES[k:] + MODES[:k]:  # interleaved, so drift hits every mode alike
-                if mode == "serial":
-                    run = run_serial(model, queues, args.max_tokens)
+                if mode.startswith("serial"):
+                    run = run_serial(model, queues, args.max_tokens, drafts=mode == "serial")
                 else:
                     run = run_batched(model, queues, args.max_tokens, drafts=mode.endswith(", drafts"))
                 records.append({"mode": mode, "clients": c, "repeat": rep, **run})
@@ -218,6 +238,7 @@ def summarize(records: list[dict[str, Any]], levels: list[int], bounds: dict[int
                 "clients": c,
                 "mode": mode,
                 "tokens_per_s": statistics.median(r["tokens"] / r["wall_s"] for r in rs),
+                "decode_tokens_per_s": statistics.median(r["tokens"] / _decode_s(r) for r in rs),
                 "itl_p50_ms": 1000 * _pct(itl, 0.5),
                 "itl_p95_ms": 1000 * _pct(itl, 0.95),
                 "mean_batch": statistics.fmean(r.get("mean_batch", 1.0) for r in rs),
@@ -233,19 +254,31 @@ def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"Machine: {info['cpu']}, {info['threads']} threads; commit {info['commit']}; "
         f"{info['repeats']} interleaved repeat(s); `{info['command'].strip()}`. Greedy decoding, "
         f"{info['max_tokens']} tokens at most per request, {info['per_client']} requests per client "
-        "(code edits, reports, prose). Aggregate tokens/s over the whole level; inter-token latency "
-        "(ITL) per request, p50 / p95 over requests. Bound: C * t(1) / t(C) from this machine's "
-        "measured cost curve, the most batching C plain requests can gain in aggregate.",
+        "(code edits, reports, prose). Aggregate tokens/s over the whole level, and over its decode "
+        "phase (the wall time less prefill); inter-token latency (ITL) per request, p50 / p95 over "
+        "requests. Bound: C * t(1) / t(C) from this machine's measured cost curve, the most "
+        "batching C plain requests can gain in aggregate. `vs base`: decode-phase tokens/s over the "
+        "serial service with the same drafting (no drafts: the serial plain service; drafts: the "
+        "serial drafting service); `drafts vs batching`: batched drafts over batching alone.",
         "",
-        "| clients | bound | mode | tokens/s | vs serial | ITL p50 (ms) | ITL p95 (ms) | mean batch |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| clients | bound | mode | tokens/s | decode tokens/s | vs base | drafts vs batching "
+        "| ITL p50 (ms) | ITL p95 (ms) | mean batch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    by = {(r["clients"], r["mode"]): r for r in rows}
+
+    def ratio(r: dict[str, Any], mode: str | None) -> str:
+        base = by.get((r["clients"], mode)) if mode else None
+        if base is None or not base.get("decode_tokens_per_s"):
+            return "-"
+        return f"{r['decode_tokens_per_s'] / base['decode_tokens_per_s']:.2f}x"
+
     for r in rows:
-        serial = next(x for x in rows if x["clients"] == r["clients"] and x["mode"] == "serial")
-        rel = r["tokens_per_s"] / serial["tokens_per_s"] if serial["tokens_per_s"] else float("nan")
-        batch = f"{r['mean_batch']:.2f}" if r["mode"] != "serial" else "1"
+        batch = f"{r['mean_batch']:.2f}" if r["mode"].startswith("parallel") else "1"
+        vs_batching = ratio(r, "parallel, no drafts") if r["mode"] == "parallel, drafts" else "-"
         out.append(
-            f"| {r['clients']} | {r['bound']:.2f} | {r['mode']} | {r['tokens_per_s']:.1f} | {rel:.2f}x | "
+            f"| {r['clients']} | {r['bound']:.2f} | {r['mode']} | {r['tokens_per_s']:.1f} | "
+            f"{r.get('decode_tokens_per_s', float('nan')):.1f} | {ratio(r, BASE.get(r['mode']))} | {vs_batching} | "
             f"{r['itl_p50_ms']:.1f} | {r['itl_p95_ms']:.1f} | {batch} |"
         )
     return "\n".join(out) + "\n"

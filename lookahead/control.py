@@ -47,9 +47,16 @@ DEFAULT_T1 = 0.02
 class CostModel:
     """Verify time t(size) of one batch of `size` tokens, seeded by calibration, then learned.
 
-    Each measured size keeps an EMA of its observed seconds (the mean of the first few,
-    then a fixed rate), each observation clipped to within 2x of the current estimate
-    first, so one stall (a page fault, another process) cannot wreck it.
+    The curve is `scale` x shape. `scale` is how fast the machine runs now against the
+    calibration: the median of the last 16 observations' ratios to the calibrated curve
+    (each clipped to within 2x of the current scale; from the third on). A machine whose
+    speed has moved since it was calibrated (another load, frequency, a noisy calibration)
+    moves every size alike at once, though a step observes one size at a time: if one-token
+    steps run 20% faster than calibrated, so do the batch sizes not seen yet, and their cost
+    relative to t(1) stays what was measured. The shape is learned per size: each observed
+    size keeps an EMA of its seconds over the scale of the moment (the mean of the first
+    few, then a fixed rate), each clipped to within 2x of the current estimate first, so
+    one stall (a page fault, another process) cannot wreck it.
     Between measured sizes the ratio measured / prior-shape is interpolated piecewise
     linearly, and held constant beyond them: with only t(1) measured the curve is the prior
     shape scaled to t(1); with dense measurements it follows them. Finally the table is
@@ -95,6 +102,10 @@ class CostModel:
                 self._grow(size)
                 self._est[size] = seconds
                 self._count[size] = seed_weight
+        self.scale = 1.0
+        self._ratios: deque[float] = deque(maxlen=16)
+        # the calibrated curve, fixed: what `scale` is measured against
+        self._reference = self._build(len(self._est) - 1, scale=1.0)
 
     def _grow(self, size: int) -> None:
         old = len(self._est)
@@ -104,6 +115,10 @@ class CostModel:
             self._count = np.concatenate([self._count, np.zeros(cap - old)])
             self._prior_table = self._prior(np.maximum(np.arange(cap, dtype=np.float64), 1))
             self._table = None
+            if hasattr(self, "_reference"):  # past the calibrated sizes: the same extrapolation
+                ref = self._reference
+                extra = self._prior_table[len(ref) :] * (ref[-1] / self._prior_table[len(ref) - 1])
+                self._reference = np.concatenate([ref, extra])
 
     def observe(self, size: int, seconds: float) -> None:
         """Record that one verify batch of `size` tokens took `seconds`."""
@@ -113,6 +128,11 @@ class CostModel:
             return
         self._grow(size)
         seconds /= float(self.factor(np.array([size]), self.context)[0])
+        ratio = seconds / self._reference[size]
+        self._ratios.append(min(max(ratio, 0.5 * self.scale), 2.0 * self.scale))
+        if len(self._ratios) >= 3:
+            self.scale = float(np.median(self._ratios))
+        seconds /= self.scale  # the shape's part
         count = self._count[size]
         if count == 0:
             self._est[size] = seconds
@@ -170,7 +190,7 @@ class CostModel:
     def measured(self) -> dict[int, float]:
         """Sizes with observations (or calibration) and their current estimates, for an
         empty cache."""
-        return {int(k): float(self._est[k]) for k in np.flatnonzero(self._count > 0)}
+        return {int(k): float(self._est[k] * self.scale) for k in np.flatnonzero(self._count > 0)}
 
     def _prior(self, sizes: Floats) -> Floats:
         """The prior shape at `sizes`, relative to t(1), extrapolated linearly past its end."""
@@ -181,7 +201,7 @@ class CostModel:
             out = np.where(sizes > ks[-1], vs[-1] + slope * (sizes - ks[-1]), out)
         return out / float(np.interp(1.0, ks, vs))
 
-    def _build(self, max_size: int) -> Floats:
+    def _build(self, max_size: int, scale: float | None = None) -> Floats:
         prior = self._prior_table[: max_size + 1]
         known = np.flatnonzero(self._count[: max_size + 1] > 0)
         if len(known) == 0:
@@ -190,6 +210,7 @@ class CostModel:
             # t(n) = prior(n) * r(n), r piecewise linear through measured / prior
             ratio = self._est[known] / prior[known]
             t = prior * np.interp(np.arange(max_size + 1), known, ratio)
+        t *= self.scale if scale is None else scale
         t[0] = 0.0
         t = np.maximum.accumulate(t)
         t.flags.writeable = False  # shared with callers until the next observation

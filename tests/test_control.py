@@ -125,6 +125,23 @@ def test_cost_is_monotone_and_extends_past_calibration() -> None:
     assert shaped.seconds(200) > shaped.seconds(128)
 
 
+def test_a_machine_faster_than_its_calibration_moves_every_size() -> None:
+    """Calibrated in a noisy moment: one-token steps run 20% faster than the table says.
+    Sizes not seen since are predicted 20% faster too (their cost relative to t(1) is what
+    was measured), and one outlier does not move the scale."""
+    cal = {s: 0.01 * DEFAULT_SHAPE[s] for s in SIZES}
+    cost = CostModel(cal)
+    for _ in range(8):
+        cost.observe(1, 0.008)
+    assert cost.scale == pytest.approx(0.8)
+    # (the first two steps, before the scale is trusted, went to t(1)'s own estimate)
+    assert cost.seconds(1) == pytest.approx(0.008, rel=0.05)
+    assert cost.seconds(32) == pytest.approx(0.8 * cal[32], rel=0.02)
+    cost.observe(16, 1.0)  # a stall
+    assert cost.scale == pytest.approx(0.8)
+    assert cost.seconds(32) / cost.seconds(1) == pytest.approx(DEFAULT_SHAPE[32], rel=0.05)
+
+
 def test_cost_prices_the_cells_in_use() -> None:
     """Deep in a long prompt, t(n) = t0(n) * (1 + slope(n) * cells): observations are
     stored for an empty cache, and the table follows the cells in use."""
@@ -172,9 +189,10 @@ def test_cost_learns_robustly() -> None:
     for _ in range(80):  # the machine got slower for good: followed
         cost.observe(1, 0.02)
     assert cost.seconds(1) == pytest.approx(0.02, rel=0.02)
-    cost.observe(12, 0.05)  # a new size is taken as measured
-    assert cost.seconds(12) == pytest.approx(0.05)
-    assert cost.seconds(10) < 0.05 < cost.seconds(14)
+    assert cost.seconds(8) == pytest.approx(0.08, rel=0.02)  # the whole curve slowed with it
+    cost.observe(12, 0.1)  # a new size is taken as measured
+    assert cost.seconds(12) == pytest.approx(0.1, rel=0.02)
+    assert cost.seconds(8) < cost.seconds(10) < cost.seconds(12) < cost.seconds(14)
     with pytest.raises(ValueError):
         cost.observe(0, 0.01)
 
