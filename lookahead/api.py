@@ -45,8 +45,9 @@ EXACT_MIN_CTX = EXACT_SPLIT + 32
 # t(3) = 2.64, t(4) = 2.87, t(5) = 3.79 times t(1)).
 COST_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # Part of the cost cache key: bump it when the measurement changes, so old tables are
-# measured again (v2: more sizes, interleaved rounds; v3: the context slope too).
-COST_VERSION = "v3"
+# measured again (v2: more sizes, interleaved rounds; v3: the context slope too; v4: the
+# fastest round, not the median).
+COST_VERSION = "v4"
 # The context slope: t(n) measured again with this many cells in the cache (or half the
 # context, if smaller), at these sizes. Deep in a long prompt a verify costs more, big
 # batches more so: on a 2-core AVX2 EPYC with Qwen-0.5B, ... (see CostModel).
@@ -135,7 +136,7 @@ class Model:
             slope = {int(n): float(t) for n, t in entry["slope"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             b.reset()
-            costs = b.measure_cost(COST_SIZES, repeats=3)
+            costs = b.measure_cost(COST_SIZES, repeats=4)
             slope = measure_slope(b, costs)
             if plausible(costs):  # one measured while something else ran is not kept
                 _store_costs(path, key, {"costs": costs, "slope": slope})
@@ -364,7 +365,7 @@ def measure_slope(b: LlamaBackend, costs: dict[int, float]) -> dict[int, float]:
     b.reset()
     # any tokens do: attention's cost depends on how many cells there are, not what they hold
     b.prefill(np.arange(depth, dtype=np.int32) % b.n_vocab)
-    deep = b.measure_cost(sizes, repeats=2)
+    deep = b.measure_cost(sizes, repeats=3)
     b.reset()
     return {n: max(0.0, deep[n] / costs[n] - 1.0) / depth for n in sizes if n in deep}
 

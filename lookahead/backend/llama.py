@@ -502,12 +502,17 @@ class LlamaBackend(LlamaVocab):
         self.n_threads = threads
 
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
-        """Seconds for one decode of n chained tokens at the current position, per n (median).
+        """Seconds for one decode of n chained tokens at the current position, per n (the
+        fastest of `repeats` rounds).
 
         Rounds visit every size once, in a shuffled order (fixed seed), and the first round
         only warms caches: a machine that slows down or speeds up during the measurement
         (another process, frequency scaling) then moves every size alike, instead of
-        making the sizes measured last look dearer than the rest.
+        making the sizes measured last look dearer than the rest. The fastest round, not the
+        median: other processes only ever add time, and small decodes suffer most (a stalled
+        thread holds every step at llama.cpp's barrier), so a median taken in a noisy minute
+        made t(1) 35% dearer and the whole curve look flatter than it is. The curve is the
+        idle machine's; the controller's scale follows how fast it runs from step to step.
         """
         b = self._batch
         start = self.n_past
@@ -527,4 +532,4 @@ class LlamaBackend(LlamaVocab):
                 ll.llama_memory_seq_rm(self._mem, -1, start, -1)
                 if rnd:
                     times[n].append(seconds)
-        return {n: float(np.median(times[n])) for n in todo}
+        return {n: float(np.min(times[n])) for n in todo}
