@@ -101,6 +101,31 @@ def test_measure_cost_leaves_cache_empty(backend) -> None:
     assert backend.n_past == 0
 
 
+def test_measure_cost_keeps_the_fastest_round(backend, monkeypatch) -> None:
+    """Other processes only add time: a round slowed by them must not raise the estimate.
+    A scripted clock makes each decode take 10, 30 or 20 ms by round (the first round only
+    warms up, at 90 ms); the result is the 10 ms round, for every size."""
+    from lookahead.backend import llama as llama_mod
+
+    round_ms = iter([90, 90, 10, 10, 30, 30, 20, 20])  # 2 sizes per round
+    now = [0.0]
+    started: list[bool] = []
+
+    def clock() -> float:
+        if started:  # the second call of a pair: the decode's end
+            started.pop()
+            now[0] += next(round_ms) / 1000
+        else:
+            started.append(True)
+        return now[0]
+
+    monkeypatch.setattr(backend, "_decode", lambda n: None)
+    monkeypatch.setattr(llama_mod.time, "perf_counter", clock)
+    backend.reset()
+    costs = backend.measure_cost((1, 2), repeats=3)
+    assert costs == {1: pytest.approx(0.010), 2: pytest.approx(0.010)}
+
+
 def test_chat_template_and_detokenization(backend) -> None:
     toks = backend.chat_prompt([{"role": "user", "content": "héllo ✓"}])
     text = b"".join(backend.token_bytes(t) for t in toks).decode("utf-8")
