@@ -34,7 +34,6 @@ from lookahead import models
 from lookahead.api import Model, load
 from lookahead.control import CostModel
 from lookahead.draft_state import DraftConfig
-from lookahead.threads import ThreadGovernor
 
 RESULTS = Path(__file__).parent / "results"
 METHODS = ("plain@all", "plain@1", "drafts@all", "drafts@1", "drafts")

@@ -27,8 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import lookahead
 from bench.run import RUNS_FILE, read_runs
 from bench.tasks import KINDS, PROMPT_SETS, load_tasks
@@ -48,13 +46,15 @@ def modeled_seconds(run: dict[str, Any], prompt_len: int, cost: Callable[[int, i
     return total
 
 
-def compare(runs: list[dict[str, Any]], prompt_lens: dict[str, int], cal: dict[int, float], slope: dict[int, float]) -> list[dict[str, Any]]:
+def compare(
+    runs: list[dict[str, Any]], prompt_lens: dict[str, int], cal: dict[int, float], slope: dict[int, float]
+) -> list[dict[str, Any]]:
     """Per task: real and modeled speedups (flat: an empty cache; deep: with the slope)."""
     flat = CostModel(cal)
     deep = CostModel(cal, slope=slope)
 
     def clock(model: CostModel) -> Callable[[int, int], float]:
-        return lambda n, cells: flat.seconds(n) * float(model.factor(np.array([n]), cells)[0])
+        return lambda n, cells: flat.seconds(n) * model.factor_at(n, cells)
 
     per: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:

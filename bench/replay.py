@@ -163,7 +163,7 @@ def replay(
     def cost(n: int, cells: int = 0) -> float:
         """Modeled seconds of a batch of n with `cells` in the cache (the context slope)."""
         t = float(np.interp(n, sizes, [calibration[k] for k in sizes]))
-        return t * float(base.factor(np.array([n]), cells)[0])
+        return t * base.factor_at(n, cells)
 
     speedups: dict[str, list[float]] = {}
     for task in tasks:

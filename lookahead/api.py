@@ -153,7 +153,7 @@ class Model:
         cost = self.drafting.cost
 
         def idle_cost(n: int) -> float:  # at the cells in use now: a long prompt is not load
-            return float(np.interp(n, sizes, idle) * cost.factor(np.array([n]), cost.context)[0])
+            return float(np.interp(n, sizes, idle)) * cost.factor_at(n, cost.context)
 
         self.governor = ThreadGovernor(self._full_threads, idle_cost)
         self._costs_by_threads = {self._full_threads: cost}

@@ -127,7 +127,7 @@ class CostModel:
         if not (math.isfinite(seconds) and seconds > 0):
             return
         self._grow(size)
-        seconds /= float(self.factor(np.array([size]), self.context)[0])
+        seconds /= self.factor_at(size, self.context)
         ratio = seconds / self._reference[size]
         self._ratios.append(min(max(ratio, 0.5 * self.scale), 2.0 * self.scale))
         if len(self._ratios) >= 3:
@@ -174,6 +174,10 @@ class CostModel:
             return np.ones(len(sizes))
         ks = sorted(self.slope)
         return 1.0 + np.interp(sizes, ks, [self.slope[k] for k in ks]) * cells
+
+    def factor_at(self, size: int, cells: int) -> float:
+        """`factor` for one batch size."""
+        return float(self.factor(np.array([size]), cells)[0])
 
     def spawn(self, calibration: Mapping[int, float] | None = None, *, context: bool = True) -> CostModel:
         """A new model with this one's prior, context slope and cells source (unless not

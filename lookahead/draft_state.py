@@ -17,8 +17,8 @@ from lookahead.engine import Policy
 from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
-from lookahead.index.ngram import NgramIndex
 from lookahead.index.edits import EditSource
+from lookahead.index.ngram import NgramIndex
 from lookahead.index.records import RecordSource
 from lookahead.index.suffix import SuffixIndex
 from lookahead.models import Progress
