@@ -66,3 +66,15 @@ def test_a_long_rewrite_is_dropped_and_the_copy_realigns_later():
     assert drafted(src) == []
     src.observe([11, 12, 13, 7])  # four prompt tokens again: aligned
     assert drafted(src, 3) == [14, 15, 16]
+
+
+def test_confidence_grows_with_the_length_of_the_copy():
+    src = EditSource()
+    src.observe(PROMPT)
+    src.observe([1, 2, 7, 3])  # just aligned
+    fresh = src.propose(6, 1)[0].q
+    assert (fresh[1:] > fresh[:-1]).all()  # deeper copied tokens follow a longer copy
+    assert 0.5 < fresh[0] < 0.9
+    src.observe([4, 5, 6, 8, 7, 9, 10, 11])  # twelve tokens copied
+    assert src.propose(1, 1)[0].q[0] > fresh[-1]
+    assert (src.propose(6, 1)[0].q < 1).all()
