@@ -83,6 +83,7 @@ def run_serial(model: Model, queues: list[list[Task]], max_tokens: int, drafts: 
     """One request at a time, clients served in turn (a FIFO of their requests)."""
     order = [q[j] for j in range(max(map(len, queues))) for q in queues if j < len(q)]
     itls: list[float] = []
+    kinds: list[str] = []  # the kind of each itl's request
     tokens = 0
     prefill = 0.0
     t0 = time.perf_counter()
@@ -98,7 +99,10 @@ def run_serial(model: Model, queues: list[list[Task]], max_tokens: int, drafts: 
                 itl = _itl(stamps, event.result.stats.n_tokens)
                 if itl is not None:
                     itls.append(itl)
-    return {"wall_s": time.perf_counter() - t0, "tokens": tokens, "itl": itls, "prefill_s": prefill}
+                    kinds.append(task.kind)
+    return {
+        "wall_s": time.perf_counter() - t0, "tokens": tokens, "itl": itls, "kinds": kinds, "prefill_s": prefill,
+    }  # fmt: skip
 
 
 def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool) -> dict[str, Any]:
@@ -109,8 +113,10 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
         batch = Batch(slots, cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
         pending = [deque(q) for q in queues]
         owner: dict[int, int] = {}
+        kind_of: dict[int, str] = {}
         stamps: dict[int, list[float]] = {}
         itls: list[float] = []
+        kinds: list[str] = []
         tokens = 0
         prefill = 0.0
         sizes: list[int] = []
@@ -122,6 +128,7 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
             prompt = model.prompt_tokens(task.prompt, chat=task.chat)
             req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=DRAFTS if drafts else PLAIN)
             owner[req.id] = client
+            kind_of[req.id] = task.kind
             stamps[req.id] = []
 
         t0 = time.perf_counter()
@@ -139,14 +146,16 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
                     tokens += event.result.stats.n_tokens
                     prefill += event.result.stats.prefill_s  # its chunks' decodes: serial in the step
                     itl = _itl(stamps.pop(req.id), event.result.stats.n_tokens)
+                    kind = kind_of.pop(req.id)
                     if itl is not None:
                         itls.append(itl)
+                        kinds.append(kind)
                     send(owner.pop(req.id))
         wall = time.perf_counter() - t0
     finally:
         slots.close()
     return {
-        "wall_s": wall, "tokens": tokens, "itl": itls, "prefill_s": prefill,
+        "wall_s": wall, "tokens": tokens, "itl": itls, "kinds": kinds, "prefill_s": prefill,
         "mean_batch": statistics.fmean(sizes) if sizes else 0.0,
     }  # fmt: skip
 
@@ -202,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"repeat {rep + 1} C={c} {mode}: {run['tokens'] / run['wall_s']:.1f} tok/s", flush=True)
 
     rows = summarize(records, levels, bounds)
+    kind_rows = summarize_kinds(records, levels)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     from lookahead.backend.probe import cpu_model
 
@@ -220,8 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(exist_ok=True)
     # the model name has dots ("qwen2.5-coder-0.5b"): build each name whole, no with_suffix
     stem = f"parallel-{Path(args.model).stem if args.model.endswith('.gguf') else args.model}{args.suffix}"
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"info": info, "runs": records, "rows": rows}, indent=1))
-    text = markdown(info, rows)
+    data = {"info": info, "runs": records, "rows": rows, "kind_rows": kind_rows}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(data, indent=1))
+    text = markdown(info, rows) + "\n" + kinds_markdown(kind_rows)
     (RESULTS / f"{stem}.md").write_text(text)
     print(text)
 
@@ -245,6 +256,56 @@ def summarize(records: list[dict[str, Any]], levels: list[int], bounds: dict[int
                 "bound": bounds[c],
             })
     return rows
+
+
+def summarize_kinds(records: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any]]:
+    """Per concurrency level, kind of request and mode: the median request's decode speed
+    (1 / its inter-token latency), over every repeat's requests of that kind. In a mixed
+    batch aggregate tokens/s has no per-kind share; a request's own pace has."""
+    rows = []
+    for c in levels:
+        for kind in KINDS:
+            for mode in MODES:
+                itl = [
+                    x
+                    for r in records
+                    if r["clients"] == c and r["mode"] == mode
+                    for x, k in zip(r["itl"], r.get("kinds", ()), strict=False)
+                    if k == kind
+                ]
+                if itl:
+                    speed = statistics.median(1.0 / x for x in itl if x > 0)
+                    rows.append({"clients": c, "kind": kind, "mode": mode, "requests": len(itl), "tokens_per_s": speed})
+    return rows
+
+
+def kinds_markdown(rows: list[dict[str, Any]]) -> str:
+    """The per-kind table: each mode's median request pace, and batched drafts against
+    batching alone and against the serial drafting service."""
+    if not rows:
+        return ""
+    by = {(r["clients"], r["kind"], r["mode"]): r for r in rows}
+    out = [
+        "By kind of request: the median request's decode pace (tokens/s after its first token, "
+        "1 / its ITL), over the requests of that kind in every repeat.",
+        "",
+        "| clients | kind | requests | " + " | ".join(MODES) + " | drafts vs batching | drafts vs serial |",
+        "| --- | --- | --- |" + " --- |" * (len(MODES) + 2),
+    ]
+
+    def pace(c: int, kind: str, mode: str) -> float | None:
+        r = by.get((c, kind, mode))
+        return r["tokens_per_s"] if r else None
+
+    for c, kind in dict.fromkeys((r["clients"], r["kind"]) for r in rows):
+        paces = [pace(c, kind, m) for m in MODES]
+        cells = ["-" if p is None else f"{p:.1f}" for p in paces]
+        drafts, batching, serial = (pace(c, kind, m) for m in ("parallel, drafts", "parallel, no drafts", "serial"))
+        vs_b = f"{drafts / batching:.2f}x" if drafts and batching else "-"
+        vs_s = f"{drafts / serial:.2f}x" if drafts and serial else "-"
+        n = by.get((c, kind, "parallel, drafts"), {}).get("requests", "-")
+        out.append(f"| {c} | {kind} | {n} | " + " | ".join(cells) + f" | {vs_b} | {vs_s} |")
+    return "\n".join(out) + "\n"
 
 
 def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:

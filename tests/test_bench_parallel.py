@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.parallel import MODES, markdown, summarize, workload
+from bench.parallel import MODES, kinds_markdown, markdown, summarize, summarize_kinds, workload
 
 
 def test_the_workload_mixes_kinds_across_clients_and_turns() -> None:
@@ -29,3 +29,19 @@ def test_the_table_has_a_row_per_level_and_mode_with_the_bound() -> None:
     assert "| 2 | 1.27 | parallel, no drafts | 150.0 | 300.0 | 1.50x | - |" in text
     # parallel, drafts (400) against serial with drafts (100), and against batching alone
     assert "| 2 | 1.27 | parallel, drafts | 200.0 | 400.0 | 4.00x | 1.33x |" in text
+
+
+def test_each_kind_gets_its_requests_pace_and_the_ratios() -> None:
+    itl = {"serial": 0.02, "serial, no drafts": 0.04, "parallel, no drafts": 0.05, "parallel, drafts": 0.025}
+    records = [
+        {"mode": m, "clients": 4, "repeat": 0, "wall_s": 2.0, "tokens": 100,
+         "itl": [itl[m], 0.1], "kinds": ["code_edit", "prose"]}
+        for m in MODES
+    ]
+    rows = summarize_kinds(records, [4])
+    assert {(r["kind"], r["requests"]) for r in rows} == {("code_edit", 1), ("prose", 1)}
+    text = kinds_markdown(rows)
+    # code edits: 40 tok/s batched with drafts, 20 batched alone, 50 serial with drafts
+    assert "| 4 | code_edit | 1 | 50.0 | 25.0 | 20.0 | 40.0 | 2.00x | 0.80x |" in text
+    assert "| 4 | prose | 1 | 10.0 | 10.0 | 10.0 | 10.0 | 1.00x | 1.00x |" in text
+    assert kinds_markdown(summarize_kinds(records[:1], [4])).count("| 4 |") == 2  # one mode: no ratios

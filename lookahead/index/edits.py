@@ -20,9 +20,10 @@ This source keeps a pointer into the prompt instead:
 
 Confidence grows with the copy: a token that follows r copied tokens gets
 q = r / (r + COPY_PRIOR), counting those the draft itself copies before it (0.8 right after
-the 4 tokens that align, 0.94 after 16, 0.98 after 48). A long exact copy is strong evidence by itself: a constant q left
-the controller ramping up over 4-5 steps (drafts of 5, 5, 5, 17, then 63) at the start of
-every code edit, until its calibration had seen each q level succeed.
+the 4 tokens that align, 0.94 after 16, 0.98 after 48). A long exact copy is strong evidence
+by itself: a constant q left the controller ramping up over 4-5 steps (drafts of 5, 5, 5,
+17, then 63) at the start of every code edit, until its calibration had seen each q level
+succeed.
 
 Its own source tag gives it its own calibration: where the output does not copy the
 prompt (prose, summaries), its drafts fail and the controller learns to ignore them.
