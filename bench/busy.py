@@ -38,9 +38,10 @@ from lookahead.draft_state import DraftConfig
 RESULTS = Path(__file__).parent / "results"
 METHODS = ("plain@all", "plain@1", "drafts@all", "drafts@1", "drafts")
 SPIN = "while True: pass"
+Costs = dict[int, dict[int, float]]  # threads -> calibrated t(size)
 
 
-def _pin(model: Model, threads: int, costs: dict[int, dict[int, float]]) -> None:
+def _pin(model: Model, threads: int, costs: Costs) -> None:
     model.adapt_threads = False
     model.backend.set_threads(threads)
     b = model.backend
@@ -48,7 +49,7 @@ def _pin(model: Model, threads: int, costs: dict[int, dict[int, float]]) -> None
     model.drafting.controllers.clear()
 
 
-def run_one(model: Model, method: str, prompt: str, max_tokens: int, costs: dict[int, dict[int, float]]) -> dict[str, Any]:
+def run_one(model: Model, method: str, prompt: str, max_tokens: int, costs: Costs) -> dict[str, Any]:
     full = max(costs)
     if method == "drafts":
         model.adapt_threads = True
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     write(args, model, runs, costs)
 
 
-def write(args: argparse.Namespace, model: Model, runs: list[dict[str, Any]], costs: dict[int, dict[int, float]]) -> None:
+def write(args: argparse.Namespace, model: Model, runs: list[dict[str, Any]], costs: Costs) -> None:
     name = Path(model.backend.path).name.removesuffix(".gguf").lower()
     stem = RESULTS / f"busy-{args.model}"
     info = machine_info(model.backend.n_threads)
@@ -136,8 +137,9 @@ def write(args: argparse.Namespace, model: Model, runs: list[dict[str, Any]], co
         for method in METHODS:
             ratios = []
             for task in tasks:
-                base = [r["decode_s"] for r in runs if (r["condition"], r["task"], r["method"]) == (condition, task, "plain@all")]
-                mine = [r["decode_s"] for r in runs if (r["condition"], r["task"], r["method"]) == (condition, task, method)]
+                here = [r for r in runs if (r["condition"], r["task"]) == (condition, task)]
+                base = [r["decode_s"] for r in here if r["method"] == "plain@all"]
+                mine = [r["decode_s"] for r in here if r["method"] == method]
                 if base and mine:
                     ratios.append(statistics.median(base) / statistics.median(mine))
             cells.append(f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-")
@@ -147,7 +149,8 @@ def write(args: argparse.Namespace, model: Model, runs: list[dict[str, Any]], co
         1 for r in runs if r["method"] != "plain@all"
         and r["tokens"] == plain_tokens.get((r["condition"], r["task"], r["repeat"]))
     )
-    lines += ["", f"Outputs equal to plain@all's: {same}/{sum(1 for r in runs if r['method'] != 'plain@all')} runs.", ""]
+    others = sum(1 for r in runs if r["method"] != "plain@all")
+    lines += ["", f"Outputs equal to plain@all's: {same}/{others} runs.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(f"{stem}.json").write_text(json.dumps({"machine": info, "costs": costs, "runs": [
         {k: v for k, v in r.items() if k != "tokens"} for r in runs]}, indent=1))

@@ -190,7 +190,8 @@ def test_a_cap_of_zero_for_good_turns_drafting_off_for_the_rest_of_the_generatio
     split = len(PROMPT) + 6
     model.verified.clear()
     result = None
-    for event in generate(model, PROMPT, config, drafter, FixedPolicy(4), node_cap=lambda used: 4 if used < split else 0):
+    cap = lambda used: 4 if used < split else 0  # noqa: E731
+    for event in generate(model, PROMPT, config, drafter, FixedPolicy(4), node_cap=cap):
         if isinstance(event, Done):
             result = event.result
     assert result is not None and result.tokens == plain.tokens
