@@ -57,15 +57,15 @@ PLAIN = DraftConfig(enabled=False)
 DRAFTS = DraftConfig()
 
 
-def workload(clients: int, per_client: int) -> list[list[Task]]:
+def workload(clients: int, per_client: int, kinds: tuple[str, ...] = KINDS) -> list[list[Task]]:
     """Each client's requests, in order: the kinds mixed across clients and turns."""
-    tasks = load_tasks(KINDS)
-    by_kind = {k: [t for t in tasks if t.kind == k] for k in KINDS}
+    tasks = load_tasks(kinds)
+    by_kind = {k: [t for t in tasks if t.kind == k] for k in kinds}
     out = []
     for c in range(clients):
         mine = []
         for j in range(per_client):
-            kind = KINDS[(c + j) % len(KINDS)]
+            kind = kinds[(c + j) % len(kinds)]
             pool = by_kind[kind]
             mine.append(pool[(c * per_client + j) % len(pool)])
         out.append(mine)
@@ -181,9 +181,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="1, 2, 4 clients, 64 tokens, 2 requests each, 1 repeat")
-    ap.add_argument("--suffix", default="", help="added to the result files' names")
+    ap.add_argument("--suffix", default="", help="added to the result files' names (--suffix=-x)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma list of request kinds to mix")
     args = ap.parse_args(argv)
     levels = [int(c) for c in args.clients.split(",") if c.strip()]
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        ap.error(f"--kinds: a comma list of {','.join(KINDS)}")
     if args.quick:
         levels = [c for c in levels if c <= 4] or [1, 2]
         args.max_tokens, args.per_client, args.repeats = min(args.max_tokens, 64), 2, 1
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     records: list[dict[str, Any]] = []
     for rep in range(args.repeats):
         for c in levels:
-            queues = workload(c, args.per_client)
+            queues = workload(c, args.per_client, kinds)
             k = (rep + c) % len(MODES)
             for mode in MODES[k:] + MODES[:k]:  # interleaved, so drift hits every mode alike
                 if mode.startswith("serial"):
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         "repeats": args.repeats,
         "max_tokens": args.max_tokens,
         "per_client": args.per_client,
+        "kinds": list(kinds),
         "costs": {str(n): t for n, t in sorted(costs.items())},
         "bounds": {str(c): b for c, b in bounds.items()},
         "command": "python -m bench.parallel " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -315,7 +320,7 @@ def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"Machine: {info['cpu']}, {info['threads']} threads; commit {info['commit']}; "
         f"{info['repeats']} interleaved repeat(s); `{info['command'].strip()}`. Greedy decoding, "
         f"{info['max_tokens']} tokens at most per request, {info['per_client']} requests per client "
-        "(code edits, reports, prose). Aggregate tokens/s over the whole level, and over its decode "
+        f"({', '.join(info.get('kinds', KINDS))}). Aggregate tokens/s over the whole level, and over its decode "
         "phase (the wall time less prefill); inter-token latency (ITL) per request, p50 / p95 over "
         "requests. Bound: C * t(1) / t(C) from this machine's measured cost curve, the most "
         "batching C plain requests can gain in aggregate. `vs base`: decode-phase tokens/s over the "

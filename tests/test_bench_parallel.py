@@ -45,3 +45,8 @@ def test_each_kind_gets_its_requests_pace_and_the_ratios() -> None:
     assert "| 4 | code_edit | 1 | 50.0 | 25.0 | 20.0 | 40.0 | 2.00x | 0.80x |" in text
     assert "| 4 | prose | 1 | 10.0 | 10.0 | 10.0 | 10.0 | 1.00x | 1.00x |" in text
     assert kinds_markdown(summarize_kinds(records[:1], [4])).count("| 4 |") == 2  # one mode: no ratios
+
+
+def test_a_workload_of_one_kind() -> None:
+    queues = workload(4, 3, ("prose",))
+    assert {t.kind for q in queues for t in q} == {"prose"}
