@@ -112,8 +112,7 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
         cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)  # slots' cells
         batch = Batch(slots, cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
         pending = [deque(q) for q in queues]
-        owner: dict[int, int] = {}
-        kind_of: dict[int, str] = {}
+        owner: dict[int, tuple[int, str]] = {}  # request id -> (client, kind of request)
         stamps: dict[int, list[float]] = {}
         itls: list[float] = []
         kinds: list[str] = []
@@ -127,8 +126,7 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
             task = pending[client].popleft()
             prompt = model.prompt_tokens(task.prompt, chat=task.chat)
             req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=DRAFTS if drafts else PLAIN)
-            owner[req.id] = client
-            kind_of[req.id] = task.kind
+            owner[req.id] = (client, task.kind)
             stamps[req.id] = []
 
         t0 = time.perf_counter()
@@ -146,11 +144,11 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
                     tokens += event.result.stats.n_tokens
                     prefill += event.result.stats.prefill_s  # its chunks' decodes: serial in the step
                     itl = _itl(stamps.pop(req.id), event.result.stats.n_tokens)
-                    kind = kind_of.pop(req.id)
+                    client, kind = owner.pop(req.id)
                     if itl is not None:
                         itls.append(itl)
                         kinds.append(kind)
-                    send(owner.pop(req.id))
+                    send(client)
         wall = time.perf_counter() - t0
     finally:
         slots.close()
@@ -184,7 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--suffix", default="", help="added to the result files' names (--suffix=-x)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma list of request kinds to mix")
     args = ap.parse_args(argv)
-    levels = [int(c) for c in args.clients.split(",") if c.strip()]
+    try:
+        levels = [int(c) for c in args.clients.split(",") if c.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        ap.error("--clients: a comma list of positive integers, e.g. 1,2,4,8")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     if not kinds or set(kinds) - set(KINDS):
         ap.error(f"--kinds: a comma list of {','.join(KINDS)}")

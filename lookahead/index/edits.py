@@ -193,7 +193,7 @@ class EditSource:
                     break
             if hit is None:
                 tokens.append(tok)
-                run = self._run + len(tokens) - 1  # copied tokens before this one, if all hit
+                run = self._run + len(tokens) - 1  # the copy's tokens before this one, drafted ones too
                 qs.append(min(run / (run + COPY_PRIOR), Q_MAX))
                 p += 1
             else:
