@@ -1,7 +1,7 @@
 """A busy machine: decode speed with one CPU-bound process beside the model, by thread count.
 
-    python -m bench.busy                      # default model, code edits of the tune set
-    python -m bench.busy --repeats 3 --max-tokens 128
+    python -m bench.busy                      # default model, tune-set code edits, a prose and a report
+    python -m bench.busy --repeats 3 --tasks rename_buf,prose/market
 
 Two conditions, idle and busy (a competing Python process spinning on one core), and five
 methods on the same prompts, in a rotated order per repeat (interleaved):
@@ -15,6 +15,11 @@ methods on the same prompts, in a rotated order per repeat (interleaved):
 Each run starts like a new CLI process would: a fresh controller and governor. Reported:
 decode seconds (median, min-max), and per condition each method relative to plain@all.
 Results: bench/results/busy-<model>.{json,md}.
+
+With `--parallel C`, the same two conditions for the batched loop of `serve --parallel C`
+(`bench/parallel.py`'s mix of code edits, reports and prose, 2 requests per client, drafts
+on): batched@all and batched@1 pinned, and batched with its thread governor; decode-phase
+tokens/s relative to batched@all. Results: bench/results/busy-<model>-parallel.{json,md}.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.parallel import _decode_s, run_batched, workload
 from bench.run import git_commit, machine_info
+from bench.tasks import Task
 from bench.tasks_tune import tasks_of as tune_tasks_of
 from lookahead import models
 from lookahead.api import Model, load
@@ -37,7 +44,9 @@ from lookahead.draft_state import DraftConfig
 
 RESULTS = Path(__file__).parent / "results"
 METHODS = ("plain@all", "plain@1", "drafts@all", "drafts@1", "drafts")
+BATCHED = ("batched@all", "batched@1", "batched")
 SPIN = "while True: pass"
+KINDS = ("code_edit", "report", "completion", "summarize", "prose")
 Costs = dict[int, dict[int, float]]  # threads -> calibrated t(size)
 
 
@@ -49,7 +58,7 @@ def _pin(model: Model, threads: int, costs: Costs) -> None:
     model.drafting.controllers.clear()
 
 
-def run_one(model: Model, method: str, prompt: str, max_tokens: int, costs: Costs) -> dict[str, Any]:
+def run_one(model: Model, method: str, task: Task, max_tokens: int, costs: Costs) -> dict[str, Any]:
     full = max(costs)
     if method == "drafts":
         model.adapt_threads = True
@@ -57,7 +66,7 @@ def run_one(model: Model, method: str, prompt: str, max_tokens: int, costs: Cost
     else:
         _pin(model, 1 if method.endswith("@1") else full, costs)
     draft = DraftConfig(enabled=not method.startswith("plain"))
-    r = model.generate(prompt, chat=True, max_tokens=max_tokens, draft=draft)
+    r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft)
     gov = model.governor
     return {
         "decode_s": r.stats.decode_s,
@@ -68,20 +77,40 @@ def run_one(model: Model, method: str, prompt: str, max_tokens: int, costs: Cost
     }
 
 
+def run_parallel(model: Model, method: str, queues: list[list[Task]], max_tokens: int, costs: Costs) -> dict[str, Any]:
+    """One batched run of every client's requests (drafts on), pinned or governed."""
+    if method == "batched":
+        model.adapt_threads = True
+        model.calibrate()  # cached: every thread back, a fresh governor
+    else:
+        _pin(model, 1 if method.endswith("@1") else max(costs), costs)
+    run = run_batched(model, queues, max_tokens, drafts=True, govern=method == "batched")
+    return {
+        "decode_s": _decode_s(run), "n_tokens": run["tokens"], "tok_s": run["tokens"] / _decode_s(run),
+        "switches": run["switches"], "threads_end": run["threads_end"],
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.busy", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=models.DEFAULT_MODEL)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--tasks", default="rename_buf,attr_rename,logging", help="tune-set code edits")
+    p.add_argument("--parallel", type=int, default=0, help="C clients in one batched loop (0: one request at a time)")
+    p.add_argument("--tasks", default="rename_buf,attr_rename,logging,prose/market,report/students",
+                   help="tune-set tasks, comma-separated: KIND/NAME, or NAME for a code edit")
     args = p.parse_args(argv)
     names = args.tasks.split(",")
-    known = {t.id.split("/")[1]: t for t in tune_tasks_of("code_edit")}
+    known = {t.id: t for kind in KINDS for t in tune_tasks_of(kind)}
+    known.update({t.id.split("/")[1]: t for t in tune_tasks_of("code_edit")})
     unknown = [n for n in names if n not in known]
-    if unknown or args.repeats < 1 or args.max_tokens < 1:
+    if unknown or args.repeats < 1 or args.max_tokens < 1 or args.parallel < 0:
         p.error(f"unknown tasks {', '.join(unknown)}; known: {', '.join(known)}" if unknown
-                else "--repeats and --max-tokens must be >= 1")
+                else "--repeats and --max-tokens must be >= 1, --parallel >= 0")
     tasks = [known[n] for n in names]
+    queues = workload(args.parallel, 2) if args.parallel else []
+    methods = BATCHED if args.parallel else METHODS
+    units = [f"parallel/{args.parallel}-clients"] if args.parallel else [t.id for t in tasks]
     model = load(args.model)
     full = model.backend.n_threads
     # idle cost curves at every count first, before any load
@@ -96,13 +125,16 @@ def main(argv: list[str] | None = None) -> None:
         try:
             time.sleep(1.0 if spinner else 0.0)
             for rep in range(args.repeats):
-                for i, task in enumerate(tasks):
-                    order = METHODS[(rep + i) % len(METHODS):] + METHODS[: (rep + i) % len(METHODS)]
+                for i, unit in enumerate(units):
+                    order = methods[(rep + i) % len(methods):] + methods[: (rep + i) % len(methods)]
                     for method in order:
-                        rec = run_one(model, method, task.prompt, args.max_tokens, costs)
-                        rec.update(condition=condition, task=task.id, method=method, repeat=rep)
+                        if args.parallel:
+                            rec = run_parallel(model, method, queues, args.max_tokens, costs)
+                        else:
+                            rec = run_one(model, method, tasks[i], args.max_tokens, costs)
+                        rec.update(condition=condition, task=unit, method=method, repeat=rep)
                         runs.append(rec)
-                        print(f"{condition:4s} {task.id:24s} {method:10s} {rec['decode_s']:6.2f}s "
+                        print(f"{condition:4s} {unit:24s} {method:11s} {rec['decode_s']:6.2f}s "
                               f"threads@end {rec['threads_end']} switches {rec['switches']}", flush=True)
         finally:
             if spinner:
@@ -113,44 +145,55 @@ def main(argv: list[str] | None = None) -> None:
 
 def write(args: argparse.Namespace, model: Model, runs: list[dict[str, Any]], costs: Costs) -> None:
     name = Path(model.backend.path).name.removesuffix(".gguf").lower()
-    stem = RESULTS / f"busy-{args.model}"
+    methods = BATCHED if args.parallel else METHODS
+    base, governed = methods[0], methods[-1]
+    stem = RESULTS / f"busy-{args.model}{'-parallel' if args.parallel else ''}"
     info = machine_info(model.backend.n_threads)
-    plain_tokens = {(r["condition"], r["task"], r["repeat"]): r["tokens"] for r in runs if r["method"] == "plain@all"}
+    if args.parallel:
+        what = (f"{args.parallel} clients in one batched loop (`serve --parallel {args.parallel}`), "
+                "bench/parallel.py's mix, 2 requests per client, drafts on. Speedup: decode-phase "
+                "tokens/s over batched@all's, medians over repeats (min-max over repeats).")
+    else:
+        what = ("Speedup: plain@all's median decode time over the method's, per prompt, then the "
+                "median over prompts (min-max over prompts).")
     lines = [
         f"# Busy machine: {name}, {args.max_tokens} tokens, {args.repeats} repeats, interleaved",
         "",
         f"Machine: {info.get('cpu', '?')}, {info.get('cpus_usable', '?')} CPUs. Commit {git_commit() or '?'}. "
-        "Busy: one competing process spinning on one core. Speedup: plain@all's median decode "
-        "time over the method's, per prompt, then the median over prompts (min-max over prompts).",
+        f"Busy: one competing process spinning on one core. {what}",
         "",
         "Idle t(n)/t(1): " + ", ".join(
             f"{k} threads: " + " ".join(f"{n}:{v / c[1]:.2f}" for n, v in sorted(c.items()) if n in (2, 4, 8, 16, 32))
             for k, c in sorted(costs.items(), reverse=True)
         ),
         "",
-        "| condition | " + " | ".join(METHODS) + " | governor switches (median) |",
-        "| --- | " + " | ".join("---" for _ in METHODS) + " | --- |",
+        "| condition | " + " | ".join(methods) + " | governor switches (median) |",
+        "| --- | " + " | ".join("---" for _ in methods) + " | --- |",
     ]
     for condition in ("idle", "busy"):
         cells = []
         tasks = sorted({r["task"] for r in runs if r["condition"] == condition})
-        for method in METHODS:
+        for method in methods:
             ratios = []
             for task in tasks:
                 here = [r for r in runs if (r["condition"], r["task"]) == (condition, task)]
-                base = [r["decode_s"] for r in here if r["method"] == "plain@all"]
+                if args.parallel:  # tokens/s: the batch's outputs may differ in length
+                    ref = statistics.median(r["tok_s"] for r in here if r["method"] == base)
+                    ratios += [r["tok_s"] / ref for r in here if r["method"] == method]
+                    continue
                 mine = [r["decode_s"] for r in here if r["method"] == method]
-                if base and mine:
-                    ratios.append(statistics.median(base) / statistics.median(mine))
+                if mine:
+                    ref = statistics.median(r["decode_s"] for r in here if r["method"] == base)
+                    ratios.append(ref / statistics.median(mine))
             cells.append(f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-")
-        sw = [r["switches"] for r in runs if r["condition"] == condition and r["method"] == "drafts"]
+        sw = [r["switches"] for r in runs if r["condition"] == condition and r["method"] == governed]
         lines.append(f"| {condition} | " + " | ".join(cells) + f" | {statistics.median(sw) if sw else 0} |")
-    same = sum(
-        1 for r in runs if r["method"] != "plain@all"
-        and r["tokens"] == plain_tokens.get((r["condition"], r["task"], r["repeat"]))
-    )
-    others = sum(1 for r in runs if r["method"] != "plain@all")
-    lines += ["", f"Outputs equal to plain@all's: {same}/{others} runs.", ""]
+    if not args.parallel:
+        plain = {(r["condition"], r["task"], r["repeat"]): r["tokens"] for r in runs if r["method"] == base}
+        others = [r for r in runs if r["method"] != base]
+        same = sum(1 for r in others if r["tokens"] == plain.get((r["condition"], r["task"], r["repeat"])))
+        lines += ["", f"Outputs equal to plain@all's: {same}/{len(others)} runs."]
+    lines.append("")
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(f"{stem}.json").write_text(json.dumps({"machine": info, "costs": costs, "runs": [
         {k: v for k, v in r.items() if k != "tokens"} for r in runs]}, indent=1))

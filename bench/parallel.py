@@ -105,12 +105,18 @@ def run_serial(model: Model, queues: list[list[Task]], max_tokens: int, drafts: 
     }  # fmt: skip
 
 
-def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool) -> dict[str, Any]:
-    """All clients at once, each in a slot; a client's next request joins when its last ends."""
+def run_batched(
+    model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool, govern: bool = False
+) -> dict[str, Any]:
+    """All clients at once, each in a slot; a client's next request joins when its last ends.
+    `govern`: the thread governor chooses the count as `serve --parallel` does (else the
+    count is the model backend's, pinned)."""
     slots = LlamaSlots(model.backend, len(queues))
     try:
         cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)  # slots' cells
         batch = Batch(slots, cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
+        if govern:
+            model.govern_batch(batch, slots)
         pending = [deque(q) for q in queues]
         owner: dict[int, tuple[int, str]] = {}  # request id -> (client, kind of request)
         stamps: dict[int, list[float]] = {}
@@ -150,11 +156,14 @@ def run_batched(model: Model, queues: list[list[Task]], max_tokens: int, drafts:
                         kinds.append(kind)
                     send(client)
         wall = time.perf_counter() - t0
+        threads = slots.n_threads
     finally:
         slots.close()
+    gov = getattr(batch.after_verify, "governor", None)
     return {
         "wall_s": wall, "tokens": tokens, "itl": itls, "kinds": kinds, "prefill_s": prefill,
         "mean_batch": statistics.fmean(sizes) if sizes else 0.0,
+        "switches": gov.switches if gov is not None else 0, "threads_end": threads,
     }  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from lookahead.exactness import exact_batch_limit
 from lookahead.index.base import DraftSource
 from lookahead.multi import Batch, Request
 from lookahead.sampling import SamplingConfig
-from lookahead.threads import ThreadGovernor
+from lookahead.threads import BatchThreads, ThreadGovernor
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 
@@ -85,6 +85,7 @@ class Model:
         # was left to us; see lookahead/threads.py). Set False to pin the count.
         self.adapt_threads = backend.config.n_threads == 0
         self.governor: ThreadGovernor | None = None
+        self._idle_costs: dict[int, float] = {}  # the calibrated t(n): idle, full thread count
         self._full_threads = backend.n_threads
         self._costs_by_threads: dict[int, CostModel] = {}
         self._exact_limits: tuple[int, int] | None = None
@@ -148,15 +149,27 @@ class Model:
         return costs
 
     def _new_governor(self, costs: dict[int, float]) -> None:
-        sizes = sorted(costs)
-        idle = [costs[k] for k in sizes]
+        self._idle_costs = dict(costs)
         cost = self.drafting.cost
-
-        def idle_cost(n: int) -> float:  # at the cells in use now: a long prompt is not load
-            return float(np.interp(n, sizes, idle)) * cost.factor_at(n, cost.context)
-
-        self.governor = ThreadGovernor(self._full_threads, idle_cost)
+        self.governor = ThreadGovernor(self._full_threads, lambda n: self._idle_cost(n, cost.context))
         self._costs_by_threads = {self._full_threads: cost}
+
+    def _idle_cost(self, size: int, cells: int) -> float:
+        """Seconds of a verify of `size` tokens on the idle machine at the full thread count, at
+        `cells` cells in use (a long prompt is not load)."""
+        sizes = sorted(self._idle_costs)
+        t = float(np.interp(size, sizes, [self._idle_costs[k] for k in sizes]))
+        return t * self.drafting.cost.factor_at(size, cells)
+
+    def govern_batch(self, batch: Batch, slots: LlamaSlots) -> None:
+        """Give a batched loop on `slots` its own thread governor (as `stream` has one), when
+        the thread count is ours to choose and the cost curve is calibrated."""
+        if not self.adapt_threads or self.governor is None:
+            return
+        if slots.n_threads != self._full_threads:  # made while one generation ran reduced
+            slots.set_threads(self._full_threads)
+        gov = ThreadGovernor(self._full_threads, lambda n: self._idle_cost(n, slots.n_used))
+        batch.after_verify = BatchThreads(gov, batch, slots.set_threads)
 
     def _after_verify(self, size: int, seconds: float) -> None:
         """Feed the thread governor a verify time; apply its switch (threads, cost curve)."""
@@ -255,11 +268,14 @@ class Model:
         step (the rest join as others finish); the Results in the prompts' order. Each
         request's context is the model's n_ctx / parallel."""
         draft = draft or DraftConfig()
+        if draft.enabled and draft.adaptive:  # the batch's cost model starts from the curve
+            self.ensure_calibrated()
         slots = LlamaSlots(self.backend, parallel)
         try:
             # a batch's cells are its slots', not this context's: the empty-cache curve
             cost = self.drafting.cost.spawn(self.drafting.cost.measured, context=False)
             batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain)
+            self.govern_batch(batch, slots)
             ids = [
                 self.add_to(
                     batch, self.prompt_tokens(p, chat), max_tokens=max_tokens, stop=stop, sampling=sampling,

@@ -153,7 +153,8 @@ class Batch:
     Use: `add` requests (any time between steps), call `step()` until `idle`; each step
     returns the (request, event) pairs it produced, a request's last being its Done.
     `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
-    whole batch); `budget` the most draft nodes per step.
+    whole batch); `budget` the most draft nodes per step. `after_verify(size, seconds)`, if
+    set, is told every batched verify (the thread governor, `lookahead.threads.BatchThreads`).
     """
 
     def __init__(
@@ -174,6 +175,7 @@ class Batch:
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []
         self.last = StepInfo()
+        self.after_verify: Callable[[int, float], None] | None = None
         self._ids = itertools.count()
 
     @property
@@ -299,6 +301,8 @@ class Batch:
         t2 = self.clock()
         size = len(ready) + sum(len(d) for d in drafts)
         self.cost.observe(size, t2 - t1)
+        if self.after_verify is not None:
+            self.after_verify(size, t2 - t1)
         info.requests, info.tokens, info.verify_s = len(ready), size, t2 - t1
         events: list[tuple[Request, Event]] = []
         for req, draft, r in zip(ready, drafts, rows, strict=True):

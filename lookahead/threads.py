@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from statistics import median
+from typing import Protocol
+
+from lookahead.control import CostModel
 
 # Median slowdown (measured / idle cost at full threads) above which the machine is busy.
 BUSY = 1.5
@@ -119,3 +122,33 @@ class ThreadGovernor:
         self._since = self._wait = 0
         self.switches += 1
         return threads
+
+
+class _Stepping(Protocol):
+    """What BatchThreads needs of a batched loop (`lookahead.multi.Batch`)."""
+
+    cost: CostModel
+
+
+class BatchThreads:
+    """The governor for a batched loop (`generate_many`, `serve --parallel`): fed each
+    batched verify's size and seconds (`Batch.after_verify`), it sets the thread count of
+    the multi-slot context (`set_threads`) and gives the batch a cost model per count, as
+    `Model` does for one generation at a time. A count's model starts from what the batch
+    measured so far, then learns from that count's own steps."""
+
+    def __init__(self, governor: ThreadGovernor, batch: _Stepping, set_threads: Callable[[int], None]) -> None:
+        self.governor = governor
+        self.batch = batch
+        self.set_threads = set_threads
+        self.costs: dict[int, CostModel] = {governor.threads: batch.cost}
+
+    def __call__(self, size: int, seconds: float) -> None:
+        threads = self.governor.observe(size, seconds)
+        if threads is None:
+            return
+        self.set_threads(threads)
+        cost = self.costs.get(threads)
+        if cost is None:
+            cost = self.costs[threads] = self.batch.cost.spawn(self.batch.cost.measured, context=False)
+        self.batch.cost = cost

@@ -199,3 +199,53 @@ def test_the_default_parallel_is_the_largest_n_up_to_4_that_pays() -> None:
     only_two = {1: 1.0, 2: 1.5, 3: 2.9, 4: 3.9, 8: 8.0}
     assert default_parallel(CostModel(only_two, prior=only_two)) == 2
     assert batching_bound(CostModel(shape, prior=shape), 4) == pytest.approx(4 / 2.4)
+
+
+class ClockedMulti(FakeMultiModel):
+    """A multi-slot backend on a synthetic clock: a verify of n tokens takes the idle
+    cost of n times the slowdown of the thread count in use (a load, or none)."""
+
+    def __init__(self, slowdown: dict[int, float], **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.slowdown = slowdown
+        self.n_threads = max(slowdown)
+        self.now = 0.0
+
+    @staticmethod
+    def idle(n: int) -> float:
+        return 0.04 * (1 + 0.3 * (n - 1))
+
+    def set_threads(self, threads: int) -> None:
+        self.n_threads = threads
+
+    def verify(self, items):  # type: ignore[no-untyped-def]
+        rows = super().verify(items)
+        self.now += self.idle(sum(1 + len(d) for _, _, d in items)) * self.slowdown[self.n_threads]
+        return rows
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_a_batched_loop_under_load_moves_to_the_faster_thread_count(loaded: bool) -> None:
+    from lookahead.threads import BatchThreads, ThreadGovernor
+
+    # under load two threads run 3x slower than idle and one thread 1.5x; idle, one thread
+    # is 1.7x slower than two
+    model = ClockedMulti({2: 3.0, 1: 1.5} if loaded else {2: 1.0, 1: 1.7}, slots=4, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, CostModel({1: 0.04, 8: 0.124}), budget=12, clock=lambda: model.now)
+    first = batch.cost
+    threads = BatchThreads(ThreadGovernor(2, ClockedMulti.idle), batch, model.set_threads)
+    batch.after_verify = threads
+    jobs = [job(i, False, max_tokens=60) for i in range(4)]
+    reqs = [batch.add(p, cfg, d, pol) for p, cfg, d, pol in jobs]
+    results: dict[int, Result] = {}
+    while not batch.idle:
+        for req, event in batch.step():
+            if isinstance(event, Done):
+                results[reqs.index(req)] = event.result
+    if loaded:
+        assert model.n_threads == 1 and threads.governor.threads == 1
+        assert batch.cost is threads.costs[1] and batch.cost is not first  # its own curve
+    else:
+        assert model.n_threads == 2 and threads.governor.switches == 0 and batch.cost is first
+    for i, (p, cfg, _, _) in enumerate(jobs):  # the count changes speed, never the output
+        assert results[i].tokens == solo(i, cfg, p, model.slot_ctx).tokens

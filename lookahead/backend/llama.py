@@ -325,6 +325,7 @@ class KVContext:
 
     def __init__(self, backend: LlamaBackend, n_seq_max: int) -> None:
         self._ctx = new_context(backend._model, backend.config, n_seq_max, backend.n_threads)
+        self.n_threads = backend.n_threads
         self._mem = ll.llama_get_memory(self._ctx)
         self.n_ctx = int(ll.llama_n_ctx(self._ctx))
         self.n_vocab = backend.n_vocab
@@ -336,6 +337,11 @@ class KVContext:
 
     def __del__(self) -> None:
         self.close()
+
+    def set_threads(self, threads: int) -> None:
+        """Decode with `threads` threads from the next decode on (the thread governor)."""
+        ll.llama_set_n_threads(self._ctx, threads, threads)
+        self.n_threads = threads
 
     def decode(self, batch: _Batch, n: int) -> None:
         batch.struct.n_tokens = n

@@ -71,6 +71,14 @@ class LlamaSlots:
     def close(self) -> None:
         self._kv.close()
 
+    @property
+    def n_threads(self) -> int:
+        return self._kv.n_threads
+
+    def set_threads(self, threads: int) -> None:
+        """Decode with `threads` threads from the next decode on (the thread governor)."""
+        self._kv.set_threads(threads)
+
     # ---- the vocabulary is the backend's --------------------------------------------------
     def is_eog(self, token: int) -> bool:
         return self.vocab.is_eog(token)

@@ -44,6 +44,7 @@ class BatchWorker:
         cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)
         # the step's node budget: what one request may verify alone, shared by the batch
         self.batch = Batch(self.slots, cost, budget=draft.budget, min_gain=draft.min_gain)
+        model.govern_batch(self.batch, self.slots)  # a busy machine: fewer threads while faster
         self._req_of: dict[int, Request] = {}  # id(job) -> its request
         self._waiting: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
