@@ -119,6 +119,10 @@ def main(argv: list[str] | None = None) -> None:
     model.backend.reset()
     costs[1] = model.backend.measure_cost(sorted(costs[full]), repeats=3)
     model.backend.set_threads(full)
+    # warm: the first decodes after a load run cold (weights paged in), and would count
+    model.generate("Write a Python function that returns the square of x.", chat=True, max_tokens=16)
+    if args.parallel:
+        run_batched(model, workload(args.parallel, 1), 16, drafts=True)
     runs: list[dict[str, Any]] = []
     for condition in ("idle", "busy"):
         spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if condition == "busy" else None
