@@ -85,7 +85,9 @@ class Model:
         # was left to us; see lookahead/threads.py). Set False to pin the count.
         self.adapt_threads = backend.config.n_threads == 0
         self.governor: ThreadGovernor | None = None
-        self._idle_costs: dict[int, float] = {}  # the calibrated t(n): idle, full thread count
+        # the calibrated t(n), idle, full thread count: sizes and seconds, for interpolation
+        self._idle_sizes = np.zeros(0)
+        self._idle_seconds = np.zeros(0)
         self._full_threads = backend.n_threads
         self._costs_by_threads: dict[int, CostModel] = {}
         self._exact_limits: tuple[int, int] | None = None
@@ -149,7 +151,8 @@ class Model:
         return costs
 
     def _new_governor(self, costs: dict[int, float]) -> None:
-        self._idle_costs = dict(costs)
+        self._idle_sizes = np.array(sorted(costs), dtype=np.float64)
+        self._idle_seconds = np.array([costs[k] for k in sorted(costs)], dtype=np.float64)
         cost = self.drafting.cost
         self.governor = ThreadGovernor(self._full_threads, lambda n: self._idle_cost(n, cost.context))
         self._costs_by_threads = {self._full_threads: cost}
@@ -157,8 +160,7 @@ class Model:
     def _idle_cost(self, size: int, cells: int) -> float:
         """Seconds of a verify of `size` tokens on the idle machine at the full thread count, at
         `cells` cells in use (a long prompt is not load)."""
-        sizes = sorted(self._idle_costs)
-        t = float(np.interp(size, sizes, [self._idle_costs[k] for k in sizes]))
+        t = float(np.interp(size, self._idle_sizes, self._idle_seconds))  # once per verify: no rebuild
         return t * self.drafting.cost.factor_at(size, cells)
 
     def govern_batch(self, batch: Batch, slots: LlamaSlots) -> None:
