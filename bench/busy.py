@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if condition == "busy" else None
         try:
             time.sleep(1.0 if spinner else 0.0)
+            if model.cpu is not None:  # its next reading covers this condition only
+                model.cpu.others()
             for rep in range(args.repeats):
                 for i, unit in enumerate(units):
                     order = methods[(rep + i) % len(methods):] + methods[: (rep + i) % len(methods)]

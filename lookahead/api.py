@@ -20,6 +20,7 @@ from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.backend.slots import LlamaSlots
 from lookahead.control import CostModel
+from lookahead.cpuload import CpuLoad, cpu_load
 from lookahead.draft_state import DraftConfig, DraftState
 from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
 from lookahead.exactness import exact_batch_limit
@@ -68,7 +69,12 @@ class Model:
     `add_to` run several together in a context of their own, see `lookahead.multi`)."""
 
     def __init__(
-        self, backend: LlamaBackend, name: str, cache_dir: Path, verdict: probe.Verdict | None = None
+        self,
+        backend: LlamaBackend,
+        name: str,
+        cache_dir: Path,
+        verdict: probe.Verdict | None = None,
+        cpu: CpuLoad | None = None,
     ) -> None:
         self.backend = backend
         self.name = name
@@ -85,6 +91,9 @@ class Model:
         # was left to us; see lookahead/threads.py). Set False to pin the count.
         self.adapt_threads = backend.config.n_threads == 0
         self.governor: ThreadGovernor | None = None
+        # the kernel's count of other processes' CPU time (lookahead/cpuload.py), read since
+        # `load` began (None: unreadable here, or the thread count is pinned)
+        self.cpu = (cpu or cpu_load()) if self.adapt_threads else None
         # the calibrated t(n), idle, full thread count: sizes and seconds, for interpolation
         self._idle_sizes = np.zeros(0)
         self._idle_seconds = np.zeros(0)
@@ -154,7 +163,9 @@ class Model:
         self._idle_sizes = np.array(sorted(costs), dtype=np.float64)
         self._idle_seconds = np.array([costs[k] for k in sorted(costs)], dtype=np.float64)
         cost = self.drafting.cost
-        self.governor = ThreadGovernor(self._full_threads, lambda n: self._idle_cost(n, cost.context))
+        self.governor = ThreadGovernor(
+            self._full_threads, lambda n: self._idle_cost(n, cost.context), load=self.cpu
+        )
         self._costs_by_threads = {self._full_threads: cost}
 
     def _idle_cost(self, size: int, cells: int) -> float:
@@ -170,15 +181,25 @@ class Model:
             return
         if slots.n_threads != self._full_threads:  # made while one generation ran reduced
             slots.set_threads(self._full_threads)
-        gov = ThreadGovernor(self._full_threads, lambda n: self._idle_cost(n, slots.n_used))
-        batch.after_verify = BatchThreads(gov, batch, slots.set_threads)
+        gov = ThreadGovernor(self._full_threads, lambda n: self._idle_cost(n, slots.n_used), load=self.cpu)
+        threads = BatchThreads(gov, batch, slots.set_threads)
+        threads.begin()
+        batch.after_verify = threads
 
     def _after_verify(self, size: int, seconds: float) -> None:
         """Feed the thread governor a verify time; apply its switch (threads, cost curve)."""
         gov = self.governor
         if gov is None or not self.adapt_threads:
             return
-        threads = gov.observe(size, seconds)
+        self._use_threads(gov.observe(size, seconds))
+
+    def _begin(self) -> None:
+        """A generation starts: the governor may pick a count from the CPU probe first."""
+        if self.governor is not None and self.adapt_threads:
+            self._use_threads(self.governor.begin())
+
+    def _use_threads(self, threads: int | None) -> None:
+        """Switch the backend, and the controllers' cost curve, to `threads` (None: stay)."""
         if threads is None:
             return
         self.backend.set_threads(threads)
@@ -223,10 +244,14 @@ class Model:
         adapt = self.adapt_threads and not draft.exact
         hook = self._after_verify if adapt and self.governor is not None else None
         if not draft.enabled:
+            if hook is not None:
+                self._begin()
             return generate(self.backend, tokens, config, after_verify=hook)
         if draft.adaptive and not self._cost_ready:
             self.calibrate()
             hook = self._after_verify if adapt else None
+        if hook is not None:
+            self._begin()
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.exact_cap() if draft.exact else None
@@ -320,15 +345,17 @@ def load(
     this costs a few seconds once per model, build and machine). A `backend` with
     `repack=False` is only checked, never switched back on.
     """
+    config = backend or BackendConfig()
+    # read from here, so a generation right after loading has an interval to judge the load by
+    cpu = cpu_load() if config.n_threads == 0 else None
     cache = cache_dir or models.default_cache_dir()
     path = models.resolve_model(str(model), cache, progress)
     gguf.check_gguf(path)
-    config = backend or BackendConfig()
     verdict = None
     if probe_backend:
         verdict = choose_backend(path, config, cache.parent, progress)
         config = dataclasses.replace(config, repack=verdict.candidate.repack)
-    return Model(LlamaBackend(path, config), str(model), cache.parent, verdict)
+    return Model(LlamaBackend(path, config), str(model), cache.parent, verdict, cpu)
 
 
 def prompt_tokens(vocab: LlamaVocab, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:

@@ -23,6 +23,7 @@ from statistics import median
 from typing import Protocol
 
 from lookahead.control import CostModel
+from lookahead.cpuload import CpuLoad
 
 # Median slowdown (measured / idle cost at full threads) above which the machine is busy.
 BUSY = 1.5
@@ -33,6 +34,8 @@ WINDOW = 16
 FIRST = 4
 # Steps at a reduced count before all counts are tried again (has the load gone?).
 RECHECK = 96
+# With the CPU probe: steps between its readings while running reduced.
+PROBE_EVERY = 16
 
 
 def candidates(max_threads: int) -> list[int]:
@@ -51,6 +54,7 @@ class ThreadGovernor:
         busy: float = BUSY,
         window: int = WINDOW,
         recheck: int = RECHECK,
+        load: CpuLoad | None = None,
     ) -> None:
         self.counts = candidates(max_threads)
         self.max_threads = max_threads
@@ -67,6 +71,32 @@ class ThreadGovernor:
         self._same = 0  # rounds in a row that kept the count they started from
         self._origin = max_threads  # the count the current round started from
         self.switches = 0
+        self.load = load  # the kernel's view of other processes (None: not readable here)
+
+    def fit(self) -> int | None:
+        """The thread count the CPUs left free by other processes hold (the probe's
+        reading since the last one), or None without a probe or a reading."""
+        others = self.load.others() if self.load is not None else None
+        if others is None:
+            return None
+        free = int(self.load.cpus - others + 0.5)  # type: ignore[union-attr]
+        count = max(1, min(self.max_threads, free))
+        if count not in self._slow:  # a count between the candidates: try it like them
+            self.counts = sorted([*self.counts, count], reverse=True)
+            self._slow[count] = deque(maxlen=self.window)
+        return count
+
+    def begin(self) -> int | None:
+        """A generation starts: with a probe, start at the count that fits the free CPUs
+        (kept for `recheck` steps, as a round's verdict is). Returns a count to switch to."""
+        if self._in_round:
+            return None
+        count = self.fit()
+        if count is None or count == self.threads:
+            return None
+        switched = self._switch(count)
+        self._wait = self.recheck if count < self.max_threads else 0
+        return switched
 
     def median(self, threads: int) -> float | None:
         """The median slowdown of `threads` over its recent steps (None before enough)."""
@@ -87,6 +117,8 @@ class ThreadGovernor:
             if self._since >= min(FIRST, self.window):
                 return self._switch(self._trial.pop(0)) if self._trial else self._settle()
             return None
+        if self.threads != self.max_threads and self.load is not None:
+            return self._recheck_by_probe()
         if self._since < self._wait:
             return None
         if self.threads == self.max_threads:
@@ -94,6 +126,25 @@ class ThreadGovernor:
                 return self._start_round()
             return None
         return self._start_round()  # running reduced for a while: has the load gone?
+
+    def _recheck_by_probe(self) -> int | None:
+        """Running reduced, with a probe: a round of trials only once the probe sees the
+        CPUs free again (or a round kept the reduced count despite it: then after the
+        round's wait, as without a probe)."""
+        if self._since % PROBE_EVERY:
+            return None
+        count = self.fit()
+        if count is None:
+            return self._start_round() if self._since >= self._wait else None
+        if count < self.threads:  # more load than before: fewer threads at once
+            switched = self._switch(count)
+            self._wait = self.recheck
+            return switched
+        if count == self.threads:  # the load is still there: stay, no trial steps
+            return None
+        if self._same and self._since < self._wait:  # the probe misled the last round
+            return None
+        return self._start_round()
 
     def _start_round(self) -> int | None:
         self._origin = self.threads
@@ -143,8 +194,14 @@ class BatchThreads:
         self.set_threads = set_threads
         self.costs: dict[int, CostModel] = {governor.threads: batch.cost}
 
+    def begin(self) -> None:
+        """Before the first step: a count from the CPU probe, if it has one."""
+        self._use(self.governor.begin())
+
     def __call__(self, size: int, seconds: float) -> None:
-        threads = self.governor.observe(size, seconds)
+        self._use(self.governor.observe(size, seconds))
+
+    def _use(self, threads: int | None) -> None:
         if threads is None:
             return
         self.set_threads(threads)

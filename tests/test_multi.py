@@ -249,3 +249,19 @@ def test_a_batched_loop_under_load_moves_to_the_faster_thread_count(loaded: bool
         assert model.n_threads == 2 and threads.governor.switches == 0 and batch.cost is first
     for i, (p, cfg, _, _) in enumerate(jobs):  # the count changes speed, never the output
         assert results[i].tokens == solo(i, cfg, p, model.slot_ctx).tokens
+
+
+def test_a_batched_loop_starts_at_the_count_the_cpu_probe_fits() -> None:
+    from lookahead.threads import BatchThreads, ThreadGovernor
+
+    class Loaded:  # the kernel's view: one other process holds one of our two CPUs
+        cpus = 2
+
+        def others(self) -> float:
+            return 1.0
+
+    model = ClockedMulti({2: 3.0, 1: 1.5}, slots=2, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, CostModel({1: 0.04, 8: 0.124}), budget=12, clock=lambda: model.now)
+    threads = BatchThreads(ThreadGovernor(2, ClockedMulti.idle, load=Loaded()), batch, model.set_threads)  # type: ignore[arg-type]
+    threads.begin()
+    assert model.n_threads == 1 and batch.cost is threads.costs[1]  # before any step

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
-from lookahead.threads import ThreadGovernor, candidates
+from lookahead.cpuload import CpuLoad, Reading, proc_reader
+from lookahead.threads import PROBE_EVERY, ThreadGovernor, candidates
 
 
 def idle(n: int) -> float:
@@ -89,3 +92,105 @@ def test_a_cost_curve_measured_under_load_is_not_plausible():
     assert plausible({1: 0.04, 2: 0.08, 4: 0.1, 8: 0.18})
     assert plausible({1: 0.04, 2: 0.035})  # within noise of t(1)
     assert not plausible({1: 0.12, 2: 0.04, 4: 0.05})  # the one-token decodes were stalled
+
+
+class FakeLoad:
+    """A CPU probe whose reading the test sets: other processes' CPUs in use."""
+
+    def __init__(self, cpus: int, others: float | None) -> None:
+        self.cpus = cpus
+        self.value = others
+        self.reads = 0
+
+    def others(self) -> float | None:
+        self.reads += 1
+        return self.value
+
+
+def loaded_steps(gov: ThreadGovernor, load: FakeLoad, busy_until: int, steps: int) -> list[int]:
+    """Drive the governor at one CPU-bound process beside us until `busy_until`, with the
+    probe seeing it; the counts in use per step."""
+    seen = []
+    for i in range(steps):
+        load.value = 1.0 if i < busy_until else 0.02
+        slow = (2.8 if gov.threads == 2 else 1.7) if i < busy_until else (1.0 if gov.threads == 2 else 1.6)
+        gov.observe(4, slow * idle(4))
+        seen.append(gov.threads)
+    return seen
+
+
+def test_with_the_probe_a_loaded_machine_starts_reduced_and_never_tries_two_threads_while_loaded():
+    load = FakeLoad(2, 1.0)
+    gov = ThreadGovernor(2, idle, load=load)
+    assert gov.begin() == 1 and gov.threads == 1
+    seen = loaded_steps(gov, load, busy_until=600, steps=1200)
+    assert seen[:600] == [1] * 600  # no slow detection steps, no trial rounds under load
+    first_back = seen.index(2)
+    assert 600 <= first_back <= 600 + 16 + 4  # the probe's next reading sees the CPUs free
+    assert seen[-1] == 2 and np.mean(np.array(seen[650:]) == 2) > 0.95
+
+
+def test_without_a_reading_the_probe_changes_nothing():
+    gov = ThreadGovernor(2, idle, load=FakeLoad(2, None))
+    assert gov.begin() is None and gov.threads == 2
+    run(gov, lambda k, i: 1.0 if k == 2 else 1.6, 500)
+    assert gov.switches == 0
+
+
+def test_an_idle_probe_keeps_every_thread_and_a_light_load_is_not_load():
+    for others in (0.0, 0.3):
+        gov = ThreadGovernor(2, idle, load=FakeLoad(2, others))
+        assert gov.begin() is None and gov.threads == 2
+
+
+def test_a_probe_that_misleads_falls_back_to_the_step_times():
+    # the probe says the CPUs are free, but two threads stay slower (say, memory bandwidth
+    # taken by a process the CPU accounting cannot blame): rounds back off as without a probe
+    load = FakeLoad(2, 0.0)
+    gov = ThreadGovernor(2, idle, load=load)
+    run(gov, lambda k, i: 2.8 if k == 2 else 1.7, 3000)
+    plain = ThreadGovernor(2, idle)
+    run(plain, lambda k, i: 2.8 if k == 2 else 1.7, 3000)
+    assert gov.threads == 1
+    assert gov.switches <= plain.switches + 4
+
+
+def test_the_probe_fits_the_free_cpus_of_a_larger_machine():
+    load = FakeLoad(16, 3.2)
+    gov = ThreadGovernor(16, idle, load=load)
+    assert gov.begin() == 13 and 13 in gov.counts
+    load.value = 9.0
+    for _ in range(PROBE_EVERY):
+        gov.observe(4, idle(4))
+    assert gov.threads == 7  # more load: fewer threads at once, no trial round
+
+
+def test_cpu_load_counts_other_processes_only():
+    readings = iter(
+        [
+            Reading(busy=100.0, own=10.0, wall=0.0),
+            Reading(busy=100.1, own=10.05, wall=0.1),  # too soon: no value yet
+            Reading(busy=101.5, own=10.5, wall=1.0),  # 1.5 CPU-s busy, 0.5 ours, in 1 s
+            Reading(busy=101.6, own=10.6, wall=1.1),  # too soon: the last value
+        ]
+    )
+    load = CpuLoad(lambda: next(readings), cpus=2)
+    assert load.others() is None
+    assert load.others() == pytest.approx(1.0)
+    assert load.others() == pytest.approx(1.0)
+
+
+def test_proc_reader_sums_the_busy_fields_of_our_cpus(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  9 9 9 9 9 9 9 9 0 0\n"
+        "cpu0 100 10 20 500 7 1 2 3 0 0\n"
+        "cpu1 1000 0 0 0 0 0 0 0 0 0\n"  # not ours
+        "cpu2 200 0 30 400 0 0 0 5 0 0\n"
+        "intr 12345\n"
+    )
+    read = proc_reader(frozenset({0, 2}), stat)
+    r = read()
+    hz = os.sysconf("SC_CLK_TCK")
+    assert r is not None and r.busy == pytest.approx((100 + 10 + 20 + 1 + 2 + 3 + 200 + 30 + 5) / hz)
+    assert proc_reader(frozenset({0, 5}), stat)() is None  # a CPU it cannot see: no reading
