@@ -50,11 +50,16 @@ RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("code_edit", "report", "prose")
 MODES = ("serial", "serial, no drafts", "parallel, no drafts", "parallel, drafts")
+# with --fair: batched drafts under per-request fairness (DraftConfig.fair) too
+FAIR = "parallel, fair drafts"
+ALL_MODES = (*MODES, FAIR)
 # what each mode is compared with: the serial service with the same drafting, and for
 # batched drafts, batching alone
-BASE = {"parallel, no drafts": "serial, no drafts", "parallel, drafts": "serial"}
+BASE = {"parallel, no drafts": "serial, no drafts", "parallel, drafts": "serial", FAIR: "serial"}
+DRAFTED = ("parallel, drafts", FAIR)  # the batched modes compared with batching alone
 PLAIN = DraftConfig(enabled=False)
 DRAFTS = DraftConfig()
+FAIR_DRAFTS = DraftConfig(fair=True)
 
 
 def workload(clients: int, per_client: int, kinds: tuple[str, ...] = KINDS) -> list[list[Task]]:
@@ -106,15 +111,16 @@ def run_serial(model: Model, queues: list[list[Task]], max_tokens: int, drafts: 
 
 
 def run_batched(
-    model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool, govern: bool = False
+    model: Model, queues: list[list[Task]], max_tokens: int, drafts: bool, govern: bool = False, fair: bool = False
 ) -> dict[str, Any]:
     """All clients at once, each in a slot; a client's next request joins when its last ends.
     `govern`: the thread governor chooses the count as `serve --parallel` does (else the
-    count is the model backend's, pinned)."""
+    count is the model backend's, pinned). `fair`: per-request fairness (DraftConfig.fair)."""
+    config = FAIR_DRAFTS if fair else DRAFTS
     slots = LlamaSlots(model.backend, len(queues))
     try:
         cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)  # slots' cells
-        batch = Batch(slots, cost, budget=DRAFTS.budget, min_gain=DRAFTS.min_gain)
+        batch = Batch(slots, cost, budget=config.budget, min_gain=config.min_gain, per_request=config.fair)
         if govern:
             model.govern_batch(batch, slots)
         pending = [deque(q) for q in queues]
@@ -131,7 +137,7 @@ def run_batched(
                 return
             task = pending[client].popleft()
             prompt = model.prompt_tokens(task.prompt, chat=task.chat)
-            req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=DRAFTS if drafts else PLAIN)
+            req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=config if drafts else PLAIN)
             owner[req.id] = (client, task.kind)
             stamps[req.id] = []
 
@@ -190,6 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="1, 2, 4 clients, 64 tokens, 2 requests each, 1 repeat")
     ap.add_argument("--suffix", default="", help="added to the result files' names (--suffix=-x)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma list of request kinds to mix")
+    ap.add_argument("--fair", action="store_true", help=f"also run '{FAIR}' (per-request fairness)")
     args = ap.parse_args(argv)
     try:
         levels = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -214,15 +221,17 @@ def main(argv: list[str] | None = None) -> None:
     model.generate("Write a Python function that returns the square of x.", chat=True, max_tokens=8)  # warm
 
     records: list[dict[str, Any]] = []
+    modes = ALL_MODES if args.fair else MODES
     for rep in range(args.repeats):
         for c in levels:
             queues = workload(c, args.per_client, kinds)
-            k = (rep + c) % len(MODES)
-            for mode in MODES[k:] + MODES[:k]:  # interleaved, so drift hits every mode alike
+            k = (rep + c) % len(modes)
+            for mode in modes[k:] + modes[:k]:  # interleaved, so drift hits every mode alike
                 if mode.startswith("serial"):
                     run = run_serial(model, queues, args.max_tokens, drafts=mode == "serial")
                 else:
-                    run = run_batched(model, queues, args.max_tokens, drafts=mode.endswith(", drafts"))
+                    drafts = mode.endswith(" drafts")
+                    run = run_batched(model, queues, args.max_tokens, drafts=drafts, fair=mode == FAIR)
                 records.append({"mode": mode, "clients": c, "repeat": rep, **run})
                 print(f"repeat {rep + 1} C={c} {mode}: {run['tokens'] / run['wall_s']:.1f} tok/s", flush=True)
 
@@ -257,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
 def summarize(records: list[dict[str, Any]], levels: list[int], bounds: dict[int, float]) -> list[dict[str, Any]]:
     rows = []
     for c in levels:
-        for mode in MODES:
+        for mode in ALL_MODES:
             rs = [r for r in records if r["clients"] == c and r["mode"] == mode]
             if not rs:
                 continue
@@ -282,7 +291,7 @@ def summarize_kinds(records: list[dict[str, Any]], levels: list[int]) -> list[di
     rows = []
     for c in levels:
         for kind in KINDS:
-            for mode in MODES:
+            for mode in ALL_MODES:
                 itl = [
                     x
                     for r in records
@@ -302,12 +311,15 @@ def kinds_markdown(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
     by = {(r["clients"], r["kind"], r["mode"]): r for r in rows}
+    modes = ALL_MODES if any(r["mode"] == FAIR for r in rows) else MODES
+    fair = modes == ALL_MODES
     out = [
         "By kind of request: the median request's decode pace (tokens/s after its first token, "
         "1 / its ITL), over the requests of that kind in every repeat.",
         "",
-        "| clients | kind | requests | " + " | ".join(MODES) + " | drafts vs batching | drafts vs serial |",
-        "| --- | --- | --- |" + " --- |" * (len(MODES) + 2),
+        "| clients | kind | requests | " + " | ".join(modes) + " | drafts vs batching | drafts vs serial |"
+        + (" fair drafts vs batching |" if fair else ""),
+        "| --- | --- | --- |" + " --- |" * (len(modes) + 2 + fair),
     ]
 
     def pace(c: int, kind: str, mode: str) -> float | None:
@@ -315,13 +327,17 @@ def kinds_markdown(rows: list[dict[str, Any]]) -> str:
         return r["tokens_per_s"] if r else None
 
     for c, kind in dict.fromkeys((r["clients"], r["kind"]) for r in rows):
-        paces = [pace(c, kind, m) for m in MODES]
+        paces = [pace(c, kind, m) for m in modes]
         cells = ["-" if p is None else f"{p:.1f}" for p in paces]
         drafts, batching, serial = (pace(c, kind, m) for m in ("parallel, drafts", "parallel, no drafts", "serial"))
         vs_b = f"{drafts / batching:.2f}x" if drafts and batching else "-"
         vs_s = f"{drafts / serial:.2f}x" if drafts and serial else "-"
         n = by.get((c, kind, "parallel, drafts"), {}).get("requests", "-")
-        out.append(f"| {c} | {kind} | {n} | " + " | ".join(cells) + f" | {vs_b} | {vs_s} |")
+        row = f"| {c} | {kind} | {n} | " + " | ".join(cells) + f" | {vs_b} | {vs_s} |"
+        if fair:
+            fd = pace(c, kind, FAIR)
+            row += f" {fd / batching:.2f}x |" if fd and batching else " - |"
+        out.append(row)
     return "\n".join(out) + "\n"
 
 
@@ -337,7 +353,8 @@ def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "requests. Bound: C * t(1) / t(C) from this machine's measured cost curve, the most "
         "batching C plain requests can gain in aggregate. `vs base`: decode-phase tokens/s over the "
         "serial service with the same drafting (no drafts: the serial plain service; drafts: the "
-        "serial drafting service); `drafts vs batching`: batched drafts over batching alone.",
+        "serial drafting service); `drafts vs batching`: batched drafts over batching alone. "
+        f"`{FAIR}` (with --fair): drafts only where no request's expected pace drops.",
         "",
         "| clients | bound | mode | tokens/s | decode tokens/s | vs base | drafts vs batching "
         "| ITL p50 (ms) | ITL p95 (ms) | mean batch |",
@@ -353,7 +370,7 @@ def markdown(info: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
     for r in rows:
         batch = f"{r['mean_batch']:.2f}" if r["mode"].startswith("parallel") else "1"
-        vs_batching = ratio(r, "parallel, no drafts") if r["mode"] == "parallel, drafts" else "-"
+        vs_batching = ratio(r, "parallel, no drafts") if r["mode"] in DRAFTED else "-"
         out.append(
             f"| {r['clients']} | {r['bound']:.2f} | {r['mode']} | {r['tokens_per_s']:.1f} | "
             f"{r.get('decode_tokens_per_s', float('nan')):.1f} | {ratio(r, BASE.get(r['mode']))} | {vs_batching} | "

@@ -262,6 +262,15 @@ def serve(
             "0 (default) = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2.",
         ),
     ] = 0,
+    fair: Annotated[
+        bool,
+        typer.Option(
+            "--fair",
+            help="With --parallel: verify drafts only in steps where no request's expected pace drops "
+            "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
+            "with nothing to draft waits for its neighbours' draft nodes.",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -276,7 +285,7 @@ def serve(
     with handled():
         if log_level not in ("debug", "info", "warning", "error"):
             fail(f"--log-level must be debug, info, warning or error, got {log_level}")
-        draft = DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget)
+        draft = DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget, fair=fair)
         run_serve(
             model=model,
             host=host,

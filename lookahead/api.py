@@ -301,7 +301,7 @@ class Model:
         try:
             # a batch's cells are its slots', not this context's: the empty-cache curve
             cost = self.drafting.cost.spawn(self.drafting.cost.measured, context=False)
-            batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain)
+            batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain, per_request=draft.fair)
             self.govern_batch(batch, slots)
             ids = [
                 self.add_to(

@@ -51,6 +51,9 @@ class DraftConfig:
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
     probe_every: int = _CONTROL.probe_every  # probe after this many declined steps; 0 = never
     min_gain: float = _CONTROL.min_gain  # draft only when the expected speedup beats this
+    # batched requests (serve --parallel, generate_many): draft only when no request's
+    # expected pace drops (see lookahead.allocate); default: the batch's total tokens/s
+    fair: bool = False
 
     def __post_init__(self) -> None:
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):

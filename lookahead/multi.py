@@ -164,12 +164,14 @@ class Batch:
         budget: int = 64,
         min_gain: float = 1.0,
         chunk: int = PREFILL_CHUNK,
+        per_request: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.verifier = verifier
         self.cost = cost or CostModel()
         self.budget = budget
         self.min_gain = min_gain
+        self.per_request = per_request  # draft only where no request's pace drops (allocate)
         self.chunk = max(1, chunk)
         self.clock = clock
         self.waiting: deque[Request] = deque()
@@ -294,7 +296,7 @@ class Batch:
         nodes = min(self.budget, v.n_batch - len(ready))
         drafts = [self._propose(r, nodes) for r in ready]
         offers = [self._offer(r, d) for r, d in zip(ready, drafts, strict=True)]
-        counts = allocate(offers, self.cost, nodes, self.min_gain)
+        counts = allocate(offers, self.cost, nodes, self.min_gain, self.per_request)
         drafts = [d.prefix(n) for d, n in zip(drafts, counts, strict=True)]
         t1 = self.clock()
         rows = v.verify([(r.slot, r.root, d) for r, d in zip(ready, drafts, strict=True)])

@@ -55,3 +55,30 @@ def test_the_step_is_never_slower_per_token_than_its_roots_alone(gains, budget) 
     shares = fair_shares([o.want for o in offers], budget)
     assert all(0 <= c <= min(s, len(o.gains)) for c, s, o in zip(counts, shares, offers, strict=True))
     assert rate(offers, counts) >= rate(offers, [0] * len(offers)) - 1e-12
+
+
+def pace(offers: list[Offer], counts: list[int], k: int) -> float:
+    """Request k's expected tokens per second in a step of these counts."""
+    return (1.0 + float(np.sum(offers[k].gains[: counts[k]]))) / COST.seconds(len(offers) + sum(counts))
+
+
+def test_per_request_fairness_drafts_nothing_beside_a_request_with_nothing_to_draft() -> None:
+    prose = Offer(np.full(16, 0.05))
+    copy = Offer(np.full(16, 0.97) ** np.arange(1, 17))
+    assert allocate([prose, copy], COST, budget=32, per_request=True) == [0, 0]
+    both = allocate([copy, copy], COST, budget=32, per_request=True)  # both gain: both draft
+    assert min(both) >= 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.floats(0.0, 1.0), max_size=20), min_size=1, max_size=5),
+    st.integers(0, 48),
+)
+def test_per_request_fairness_never_lowers_a_requests_expected_pace(gains, budget) -> None:  # type: ignore[no-untyped-def]
+    offers = [Offer(np.cumprod(np.array(g, dtype=np.float64))) for g in gains]
+    counts = allocate(offers, COST, budget, per_request=True)
+    none = [0] * len(offers)
+    for k in range(len(offers)):
+        assert pace(offers, counts, k) >= pace(offers, none, k) - 1e-12
+    assert rate(offers, counts) >= rate(offers, none) - 1e-12

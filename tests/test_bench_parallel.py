@@ -50,3 +50,17 @@ def test_each_kind_gets_its_requests_pace_and_the_ratios() -> None:
 def test_a_workload_of_one_kind() -> None:
     queues = workload(4, 3, ("prose",))
     assert {t.kind for q in queues for t in q} == {"prose"}
+
+
+def test_the_fair_mode_gets_its_own_column_against_batching_alone() -> None:
+    from bench.parallel import ALL_MODES, FAIR
+
+    itl = {"serial": 0.02, "serial, no drafts": 0.04, "parallel, no drafts": 0.05, "parallel, drafts": 0.025}
+    itl[FAIR] = 0.04
+    records = [
+        {"mode": m, "clients": 4, "repeat": 0, "wall_s": 2.0, "tokens": 100, "itl": [itl[m]], "kinds": ["code_edit"]}
+        for m in ALL_MODES
+    ]
+    text = kinds_markdown(summarize_kinds(records, [4]))
+    # fair drafts 25 tok/s against batching alone's 20
+    assert "| 4 | code_edit | 1 | 50.0 | 25.0 | 20.0 | 40.0 | 25.0 | 2.00x | 0.80x | 1.25x |" in text

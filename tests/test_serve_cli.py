@@ -59,6 +59,14 @@ def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle
     assert needle in error_line(runner.invoke(app, ["serve", *args]))
 
 
+def test_fair_reaches_the_batch_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+    monkeypatch.setattr(cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
+    for args, fair in ((["--parallel", "4", "--fair"], True), (["--parallel", "4"], False)):
+        assert runner.invoke(app, ["serve", *args]).exit_code == 0
+        assert seen["draft"].fair is fair and seen["parallel"] == 4
+
+
 def test_a_key_file_that_is_missing_or_empty(no_serve: None, tmp_path: Path) -> None:
     assert "cannot read --api-key-file" in error_line(
         runner.invoke(app, ["serve", "--api-key-file", str(tmp_path / "none")])

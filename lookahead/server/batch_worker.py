@@ -43,7 +43,7 @@ class BatchWorker:
         # the batch's cells are the slots', not the model context's: the empty-cache curve
         cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)
         # the step's node budget: what one request may verify alone, shared by the batch
-        self.batch = Batch(self.slots, cost, budget=draft.budget, min_gain=draft.min_gain)
+        self.batch = Batch(self.slots, cost, budget=draft.budget, min_gain=draft.min_gain, per_request=draft.fair)
         model.govern_batch(self.batch, self.slots)  # a busy machine: fewer threads while faster
         self._req_of: dict[int, Request] = {}  # id(job) -> its request
         self._waiting: deque[Job] = deque()
