@@ -128,9 +128,8 @@ def _paces_kept(
     """For each count n of ranked nodes taken (0..len(order)): whether every request's
     expected tokens per second, (1 + its gains) / t[n], is at least its pace at n = 0."""
     own = np.array([1.0 + float(np.sum(o.gains[:c])) for o, c in zip(offers, counts, strict=True)])
-    base = own / t[0]
-    kept = np.ones(len(order) + 1, dtype=bool)
-    for i, (k, g) in enumerate(zip(order, gains, strict=True), start=1):
-        own[k] += g
-        kept[i] = bool(np.all(own / t[i] >= base))
-    return kept
+    # row n: each request's expected tokens with the first n ranked nodes taken
+    added = np.zeros((len(order) + 1, len(offers)))
+    added[np.arange(1, len(order) + 1), order] = gains
+    tokens = own + np.cumsum(added, axis=0)
+    return np.all(tokens / t[:, None] >= own / t[0], axis=1)

@@ -243,15 +243,13 @@ class Model:
         # not in exact mode: its promise is plain decoding's logits at the configured count
         adapt = self.adapt_threads and not draft.exact
         hook = self._after_verify if adapt and self.governor is not None else None
-        if not draft.enabled:
-            if hook is not None:
-                self._begin()
-            return generate(self.backend, tokens, config, after_verify=hook)
-        if draft.adaptive and not self._cost_ready:
+        if draft.enabled and draft.adaptive and not self._cost_ready:
             self.calibrate()
             hook = self._after_verify if adapt else None
         if hook is not None:
             self._begin()
+        if not draft.enabled:
+            return generate(self.backend, tokens, config, after_verify=hook)
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.exact_cap() if draft.exact else None

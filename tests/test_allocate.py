@@ -13,6 +13,10 @@ from lookahead.control import CostModel
 COST = CostModel({1: 1.0, 2: 1.8, 4: 2.4, 8: 4.0, 16: 6.0, 32: 10.5, 64: 19.0})
 
 
+# each request's per-node acceptance chances (made into path probabilities by the tests)
+GAINS = st.lists(st.lists(st.floats(0.0, 1.0), max_size=20), min_size=1, max_size=5)
+
+
 def rate(offers: list[Offer], counts: list[int]) -> float:
     gain = sum(float(np.sum(o.gains[:c])) for o, c in zip(offers, counts, strict=True))
     return (len(offers) + gain) / COST.seconds(len(offers) + sum(counts))
@@ -44,10 +48,7 @@ def test_fair_shares_split_equally_and_hand_on_what_is_not_wanted() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.lists(st.floats(0.0, 1.0), max_size=20), min_size=1, max_size=5),
-    st.integers(0, 48),
-)
+@given(GAINS, st.integers(0, 48))
 def test_the_step_is_never_slower_per_token_than_its_roots_alone(gains, budget) -> None:  # type: ignore[no-untyped-def]
     offers = [Offer(np.cumprod(np.array(g, dtype=np.float64))) for g in gains]
     counts = allocate(offers, COST, budget)
@@ -71,10 +72,7 @@ def test_per_request_fairness_drafts_nothing_beside_a_request_with_nothing_to_dr
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.lists(st.floats(0.0, 1.0), max_size=20), min_size=1, max_size=5),
-    st.integers(0, 48),
-)
+@given(GAINS, st.integers(0, 48))
 def test_per_request_fairness_never_lowers_a_requests_expected_pace(gains, budget) -> None:  # type: ignore[no-untyped-def]
     offers = [Offer(np.cumprod(np.array(g, dtype=np.float64))) for g in gains]
     counts = allocate(offers, COST, budget, per_request=True)
