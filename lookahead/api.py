@@ -40,15 +40,18 @@ EXACT_SPLIT = 256
 # hold it (checked before loading, with this number in the message).
 EXACT_MIN_CTX = EXACT_SPLIT + 32
 
-# Batch sizes the verify cost t(n) is calibrated at. Between them the controller
-# interpolates, so the small sizes are all here: CPU matmul kernels work on blocks of
-# columns, and t(n) is not smooth there (measured on a 2-core AVX2 EPYC with Qwen-0.5B:
-# t(3) = 2.64, t(4) = 2.87, t(5) = 3.79 times t(1)).
-COST_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# Batch sizes the verify cost t(n) is calibrated at: every size up to 20, where drafts
+# mostly are, then a sparser grid the controller interpolates. CPU matmul kernels work on
+# blocks of columns, so t(n) is a sawtooth there, not a smooth curve: on a 2-core AVX2
+# EPYC with Qwen-0.5B, t(n) / t(1) = 3.23, 2.53, 3.69, 3.45, 4.35, 4.44, 5.50, 5.12 for
+# n = 3..10 (an odd batch above 2 costs about as much as the next even one, or more).
+# Interpolating between even sizes priced odd ones 10-25% too low, so the controller
+# picked them, and the learned estimate at such a size then stood out from its neighbours.
+COST_SIZES = (*range(1, 21), 24, 28, 32, 40, 48, 64)
 # Part of the cost cache key: bump it when the measurement changes, so old tables are
 # measured again (v2: more sizes, interleaved rounds; v3: the context slope too; v4: the
-# fastest round, not the median).
-COST_VERSION = "v4"
+# fastest round, not the median; v5: every size up to 20).
+COST_VERSION = "v5"
 # The context slope: t(n) measured again with this many cells in the cache (or half the
 # context, if smaller), at these sizes. Deep in a long prompt a verify costs more, big
 # batches more so: on a 2-core AVX2 EPYC with Qwen-0.5B, ... (see CostModel).

@@ -59,8 +59,15 @@ class CostModel:
     one stall (a page fault, another process) cannot wreck it.
     Between measured sizes the ratio measured / prior-shape is interpolated piecewise
     linearly, and held constant beyond them: with only t(1) measured the curve is the prior
-    shape scaled to t(1); with dense measurements it follows them. Finally the table is
-    made non-decreasing in size (a bigger batch never costs less).
+    shape scaled to t(1); with dense measurements it follows them.
+
+    The table is not made non-decreasing. On CPUs t(n) is a sawtooth at small n (matmul
+    kernels work on blocks of columns: an odd batch can cost more than the next even one),
+    and every consumer picks a size by the argmax of expected tokens over t, where the
+    expected tokens never fall as nodes are added: a size that costs more than a bigger one
+    is then never picked, which is right. Raising the dear size's neighbours to its cost, as
+    a running maximum did, made a dozen sizes look dear because one was (or one estimate
+    had drifted), and pushed the choice past them to long, unlikely drafts.
 
     Context: a batch attends to every cell in the KV cache, so on a small model a verify
     deep in a long prompt costs more than on an empty cache, and more so for big batches
@@ -145,8 +152,8 @@ class CostModel:
         self._table = None
 
     def table(self, max_size: int) -> Floats:
-        """t[size] in seconds for size 0..max_size at least (t[0] = 0), non-decreasing, at
-        the cells in use now."""
+        """t[size] in seconds for size 0..max_size at least (t[0] = 0), at the cells in use
+        now."""
         if self._table is None or len(self._table) <= max_size:
             self._grow(max_size)
             self._table = self._build(len(self._est) - 1)
@@ -157,7 +164,6 @@ class CostModel:
         last = self._context_table
         if last is None or last[0] != cells:
             t = self._table * self.factor(np.arange(len(self._table)), cells)
-            t = np.maximum.accumulate(t)
             t.flags.writeable = False
             last = self._context_table = (cells, t)
         return last[1]
@@ -216,7 +222,6 @@ class CostModel:
             t = prior * np.interp(np.arange(max_size + 1), known, ratio)
         t *= self.scale if scale is None else scale
         t[0] = 0.0
-        t = np.maximum.accumulate(t)
         t.flags.writeable = False  # shared with callers until the next observation
         return t
 
