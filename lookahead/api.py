@@ -100,6 +100,7 @@ class Model:
         # the calibrated t(n), idle, full thread count: sizes and seconds, for interpolation
         self._idle_sizes = np.zeros(0)
         self._idle_seconds = np.zeros(0)
+        self._idle_list: list[float] = []
         self._full_threads = backend.n_threads
         self._costs_by_threads: dict[int, CostModel] = {}
         self._exact_limits: tuple[int, int] | None = None
@@ -165,6 +166,11 @@ class Model:
     def _new_governor(self, costs: dict[int, float]) -> None:
         self._idle_sizes = np.array(sorted(costs), dtype=np.float64)
         self._idle_seconds = np.array([costs[k] for k in sorted(costs)], dtype=np.float64)
+        # per size up to the largest calibrated one, as plain floats: looked up every step
+        self._idle_list = []
+        if costs:
+            top = int(self._idle_sizes[-1])
+            self._idle_list = np.interp(np.arange(top + 1), self._idle_sizes, self._idle_seconds).tolist()
         cost = self.drafting.cost
         self.governor = ThreadGovernor(
             self._full_threads, lambda n: self._idle_cost(n, cost.context), load=self.cpu
@@ -174,7 +180,10 @@ class Model:
     def _idle_cost(self, size: int, cells: int) -> float:
         """Seconds of a verify of `size` tokens on the idle machine at the full thread count, at
         `cells` cells in use (a long prompt is not load)."""
-        t = float(np.interp(size, self._idle_sizes, self._idle_seconds))  # once per verify: no rebuild
+        if size < len(self._idle_list):
+            t = self._idle_list[size]
+        else:
+            t = float(np.interp(size, self._idle_sizes, self._idle_seconds))
         return t * self.drafting.cost.factor_at(size, cells)
 
     def govern_batch(self, batch: Batch, slots: LlamaSlots) -> None:

@@ -92,6 +92,13 @@ class CostModel:
         self._shape = dict(DEFAULT_SHAPE if prior is None else prior)
         shape = self._shape
         self.slope = {int(k): max(0.0, float(v)) for k, v in (slope or {}).items() if k >= 1}
+        ks = sorted(self.slope)
+        self._slope_sizes = np.array(ks, dtype=np.float64)
+        self._slope_values = np.array([self.slope[k] for k in ks], dtype=np.float64)
+        # slope(size) for size 0..: every step prices at new cells, so this is kept, not
+        # interpolated again per step (grown with the other per-size arrays)
+        self._slope_table = np.zeros(0)
+        self._slope_list: list[float] = []
         self.cells = cells
         self._context_table: tuple[int, Floats] | None = None  # (cells, table) last built
         if not shape or min(shape) < 1 or min(shape.values()) <= 0:
@@ -122,6 +129,7 @@ class CostModel:
             self._count = np.concatenate([self._count, np.zeros(cap - old)])
             self._prior_table = self._prior(np.maximum(np.arange(cap, dtype=np.float64), 1))
             self._table = None
+            self._slope_table = np.zeros(0)  # rebuilt for the new length on first use
             if hasattr(self, "_reference"):  # past the calibrated sizes: the same extrapolation
                 ref = self._reference
                 extra = self._prior_table[len(ref) :] * (ref[-1] / self._prior_table[len(ref) - 1])
@@ -137,8 +145,10 @@ class CostModel:
         seconds /= self.factor_at(size, self.context)
         ratio = seconds / self._reference[size]
         self._ratios.append(min(max(ratio, 0.5 * self.scale), 2.0 * self.scale))
-        if len(self._ratios) >= 3:
-            self.scale = float(np.median(self._ratios))
+        if len(self._ratios) >= 3:  # the median, by hand: np.median costs ~0.1 ms a step
+            r = sorted(self._ratios)
+            mid = len(r) // 2
+            self.scale = r[mid] if len(r) % 2 else 0.5 * (r[mid - 1] + r[mid])
         seconds /= self.scale  # the shape's part
         count = self._count[size]
         if count == 0:
@@ -163,7 +173,7 @@ class CostModel:
             return self._table
         last = self._context_table
         if last is None or last[0] != cells:
-            t = self._table * self.factor(np.arange(len(self._table)), cells)
+            t = self._table * (1.0 + self._slopes()[: len(self._table)] * cells)
             t.flags.writeable = False
             last = self._context_table = (cells, t)
         return last[1]
@@ -178,12 +188,27 @@ class CostModel:
         the slope interpolated between calibrated sizes and held beyond them."""
         if cells <= 0 or not self.slope:
             return np.ones(len(sizes))
-        ks = sorted(self.slope)
-        return 1.0 + np.interp(sizes, ks, [self.slope[k] for k in ks]) * cells
+        return 1.0 + np.interp(sizes, self._slope_sizes, self._slope_values) * cells
 
     def factor_at(self, size: int, cells: int) -> float:
-        """`factor` for one batch size."""
-        return float(self.factor(np.array([size]), cells)[0])
+        """`factor` for one batch size (plain floats: called every step)."""
+        if cells <= 0 or not self.slope:
+            return 1.0
+        if size >= len(self._slope_list):
+            self._grow(size)
+            self._slopes()
+        return 1.0 + self._slope_list[size] * cells
+
+    def _slopes(self) -> Floats:
+        """slope(size) for size 0..len(est) - 1, built once per length."""
+        if len(self._slope_table) != len(self._est):
+            sizes = np.arange(len(self._est), dtype=np.float64)
+            if self.slope:
+                self._slope_table = np.interp(sizes, self._slope_sizes, self._slope_values)
+            else:
+                self._slope_table = np.zeros(len(sizes))
+            self._slope_list = self._slope_table.tolist()
+        return self._slope_table
 
     def spawn(self, calibration: Mapping[int, float] | None = None, *, context: bool = True) -> CostModel:
         """A new model with this one's prior, context slope and cells source (unless not
@@ -659,6 +684,19 @@ class Controller:
         np.cumsum(path_probs(q, draft.parents[:n], draft.depth[:n]), out=out[1:])
         out[1:] += 1.0
         return out
+
+    def could_pay(self, nodes: int) -> bool:
+        """Whether verifying at most `nodes` draft nodes could ever be chosen here: a draft
+        every node of which is accepted for sure beats plain decoding by `min_gain` at some
+        size (at the cells in use now), or probes are on."""
+        if self.config.probe_every > 0:
+            return True
+        n = min(nodes, self.config.budget)
+        if n <= 0:
+            return False
+        t = self.cost.table(n + 1)
+        sizes = np.arange(2, n + 2)
+        return bool(np.max(sizes / t[2 : n + 2]) * t[1] >= self.config.min_gain)
 
     def choose(self, draft: Draft) -> int:
         """Number of leading draft nodes to verify this step (0 = plain decoding)."""

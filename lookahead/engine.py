@@ -16,7 +16,7 @@ import numpy as np
 
 from lookahead.accept import accept
 from lookahead.backend.base import Verifier
-from lookahead.control import FixedPolicy
+from lookahead.control import Controller, FixedPolicy
 from lookahead.draft import Draft
 from lookahead.errors import UserError
 from lookahead.sampling import Sampler, SamplingConfig
@@ -204,6 +204,15 @@ def generate(
     return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify)
 
 
+def _may_pay(policy: Policy, nodes: int) -> bool:
+    """Whether a step verifying at most `nodes` draft nodes might be chosen: for the
+    adaptive controller, whether even a draft certain to be accepted would pay (exact mode's
+    cap on a CPU where a batch of 2 costs twice one token leaves no such draft)."""
+    if nodes <= 0:
+        return False
+    return policy.could_pay(nodes) if isinstance(policy, Controller) else True
+
+
 def _run(
     verifier: Verifier,
     prompt: Sequence[int],
@@ -239,8 +248,9 @@ def _run(
         if node_cap is not None:
             cap = node_cap(verifier.n_used)
             room = min(room, cap)
-            if cap <= 0 and drafter is not None and node_cap(verifier.n_ctx) <= 0:
-                # 0 now and for a full cache: decode plainly, without drafting's upkeep
+            if drafter is not None and not _may_pay(policy, cap) and not _may_pay(policy, node_cap(verifier.n_ctx)):
+                # no draft the cap allows can pay, now or for a full cache: decode plainly,
+                # without drafting's upkeep
                 drafter, policy, node_cap = None, FixedPolicy(0), None
         want = config.max_tokens - len(out) - 1  # drafts past max_tokens are wasted work
         depth = min(policy.max_depth, room, want)

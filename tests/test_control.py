@@ -177,6 +177,8 @@ def test_cost_prices_the_cells_in_use() -> None:
     assert cost.seconds(64) == pytest.approx(0.2 * 1.5)
     assert cost.seconds(36) == pytest.approx(cost.table(64)[36])
     assert np.all(np.diff(cost.table(100)) >= 0)
+    sizes = np.arange(1, 300)  # the per-size lookup (grown past the table) is the interpolation
+    assert [cost.factor_at(int(n), 1000) for n in sizes] == pytest.approx(cost.factor(sizes, 1000).tolist())
     cost.observe(8, 0.044)  # what the cells predicted: t0(8) unchanged
     assert cost.measured[8] == pytest.approx(0.04)
     cells[0] = 0

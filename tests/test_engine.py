@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookahead.control import FixedPolicy
+from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
 from lookahead.draft import Draft
 from lookahead.engine import (
     Done,
@@ -198,3 +198,27 @@ def test_a_cap_of_zero_for_good_turns_drafting_off_for_the_rest_of_the_generatio
     calls = len(observed)
     assert 1 < calls < 6  # the prompt, then a few steps below the split, then nothing
     assert max(model.verified[calls:]) == 0  # no draft nodes verified from then on
+
+
+def test_a_cap_under_which_no_draft_can_pay_turns_drafting_off_at_once() -> None:
+    """Exact mode on a CPU where a batch of 2 or 3 costs about as much as the tokens it
+    could yield: even drafts certain to be accepted would not beat plain decoding, so the
+    adaptive controller is never asked and the drafter never fed after the prompt. A cap
+    that leaves a draft which can pay keeps drafting on."""
+    model = FakeModel(n_vocab=16, seed=3)
+    config = GenerationConfig(30)
+    _, plain = run(model, config)
+    steep = CostModel({1: 0.01, 2: 0.019, 3: 0.027, 8: 0.03})  # 3 nodes cost 2.7 tokens
+    for cap_nodes, drafts in ((2, False), (7, True)):
+        drafter = OracleDrafter(PROMPT + model.greedy(PROMPT, 30))
+        observed: list[int] = []
+        feed = drafter.observe
+        drafter.observe = lambda toks, o=observed, f=feed: (o.append(len(toks)), f(toks))  # type: ignore[method-assign]
+        policy = Controller(ControlConfig(), steep)
+        model.verified.clear()
+        *_, done = generate(model, PROMPT, config, drafter, policy, node_cap=lambda used, c=cap_nodes: c)
+        assert isinstance(done, Done) and done.result.tokens == plain.tokens
+        if drafts:
+            assert len(observed) > 1 and max(model.verified) > 0
+        else:
+            assert len(observed) == 1 and max(model.verified) == 0  # the prompt only
