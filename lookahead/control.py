@@ -686,9 +686,11 @@ class Controller:
         return out
 
     def could_pay(self, nodes: int) -> bool:
-        """Whether verifying at most `nodes` draft nodes could ever be chosen here: a draft
-        every node of which is accepted for sure beats plain decoding by `min_gain` at some
-        size (at the cells in use now), or probes are on."""
+        """Whether verifying at most `nodes` draft nodes could be chosen on the current cost
+        curve: a draft every node of which is accepted for sure beats plain decoding by
+        `min_gain` at some size (at the cells in use now), or probes are on. The engine
+        stops drafting for good on a no, so a curve learned later is not asked again (the
+        scale moves every size alike, so only sizes never verified would differ)."""
         if self.config.probe_every > 0:
             return True
         n = min(nodes, self.config.budget)
