@@ -604,6 +604,7 @@ class ShadowScorer:
     def forget(self) -> None:
         """Stop scoring earlier drafts (a new request, or a replay of unrelated drafts)."""
         self._pending = []
+        self._offered = None
 
 
 # Pending unverified drafts scored as the model's tokens arrive (newest kept).
@@ -666,6 +667,13 @@ class Controller:
     @property
     def alpha(self) -> float:
         return self.stats.alpha
+
+    def begin(self) -> None:
+        """A new request on the same text stream's model: what was learned carries over, but
+        drafts offered for the last request are not scored against this one's tokens (the
+        last request's unverified copy, fed the new request's first tokens, would count as
+        misses of its source and make it doubt a source that was right)."""
+        self.shadow.forget()
 
     def limit(self, draft: Draft) -> int:
         """Longest prefix allowed: at most `budget` nodes, none deeper than `k_max`."""

@@ -225,6 +225,8 @@ def _run(
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
+    if isinstance(policy, Controller):
+        policy.begin()
     sampler = Sampler(config.sampling)
     stream = TextStream(config.stop)
     stats = Stats()

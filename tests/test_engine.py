@@ -222,3 +222,22 @@ def test_a_cap_under_which_no_draft_can_pay_turns_drafting_off_at_once() -> None
             assert len(observed) > 1 and max(model.verified) > 0
         else:
             assert len(observed) == 1 and max(model.verified) == 0  # the prompt only
+
+
+def test_a_new_request_does_not_score_the_last_requests_drafts() -> None:
+    """The controller outlives a request (the service's learns across them), but the drafts
+    it declined at the end of one are about that text: fed the next request's tokens they
+    would count as misses (or hits) of their source. Each generation starts them afresh."""
+    model = FakeModel(n_vocab=16, seed=3)
+    config = GenerationConfig(20)
+    dear = CostModel({1: 0.01, 2: 0.03, 4: 0.06, 64: 1.0})  # no draft pays: all are declined
+    policy = Controller(ControlConfig(), dear)
+    drafter = OracleDrafter(PROMPT + model.greedy(PROMPT, 60))  # copies past the end
+    *_, done = generate(model, PROMPT, config, drafter, policy)
+    assert isinstance(done, Done) and max(model.verified) == 0
+    assert policy.stats.source_rate  # the declined copies were scored while it wrote
+    scored: list[int] = []
+    record = policy.stats.record_trials
+    policy.stats.record_trials = lambda q, *a: (scored.append(len(q)), record(q, *a))  # type: ignore[method-assign]
+    *_, done = generate(model, [5, 9], config, None, policy)  # another text, no drafter
+    assert isinstance(done, Done) and scored and max(scored) == 0

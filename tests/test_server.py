@@ -163,7 +163,10 @@ def test_a_repeated_request_drafts_from_the_first_but_not_across_keys(smol_path:
         other, _, other_text = _accepted(server, KEY_B, prompt)  # another key: no memory of it
         again, n2, again_text = _accepted(server, KEY_A, prompt)
     assert text == other_text == again_text and n == n2
-    assert again >= 0.7 * n, (first, other, again, n)
+    # how much of the repeat is drafted depends on this machine's cost curve (with one
+    # thread a batch may cost nearly its size, and the controller drafts short): at least
+    # half, where nothing else drafts more than a few tokens of this prompt
+    assert again >= 0.5 * n, (first, other, again, n)
     assert other < again and first < again
 
 
