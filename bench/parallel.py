@@ -44,7 +44,7 @@ from lookahead.backend.slots import LlamaSlots
 from lookahead.control import CostModel
 from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Step
-from lookahead.multi import Batch, batching_bound
+from lookahead.multi import batching_bound
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,10 +119,7 @@ def run_batched(
     config = FAIR_DRAFTS if fair else DRAFTS
     slots = LlamaSlots(model.backend, len(queues))
     try:
-        cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)  # slots' cells
-        batch = Batch(slots, cost, budget=config.budget, min_gain=config.min_gain, per_request=config.fair)
-        if govern:
-            model.govern_batch(batch, slots)
+        batch = model.new_batch(slots, config, govern=govern)
         pending = [deque(q) for q in queues]
         owner: dict[int, tuple[int, str]] = {}  # request id -> (client, kind of request)
         stamps: dict[int, list[float]] = {}

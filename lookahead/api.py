@@ -27,7 +27,7 @@ from lookahead.exactness import exact_batch_limit
 from lookahead.index.base import DraftSource
 from lookahead.multi import Batch, Request
 from lookahead.sampling import SamplingConfig
-from lookahead.threads import BatchThreads, ThreadGovernor
+from lookahead.threads import BatchThreads, ThreadCosts, ThreadGovernor
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 
@@ -102,7 +102,7 @@ class Model:
         self._idle_seconds = np.zeros(0)
         self._idle_list: list[float] = []
         self._full_threads = backend.n_threads
-        self._costs_by_threads: dict[int, CostModel] = {}
+        self._thread_costs: ThreadCosts | None = None  # made by calibrate()
         self._exact_limits: tuple[int, int] | None = None
         # extra fraction of t(n) per cell in the cache, per n (see CostModel); set by calibrate
         self.cost_slope: dict[int, float] = {}
@@ -175,7 +175,7 @@ class Model:
         self.governor = ThreadGovernor(
             self._full_threads, lambda n: self._idle_cost(n, cost.context), load=self.cpu
         )
-        self._costs_by_threads = {self._full_threads: cost}
+        self._thread_costs = ThreadCosts(self._full_threads, cost)
 
     def _idle_cost(self, size: int, cells: int) -> float:
         """Seconds of a verify of `size` tokens on the idle machine at the full thread count, at
@@ -185,6 +185,17 @@ class Model:
         else:
             t = float(np.interp(size, self._idle_sizes, self._idle_seconds))
         return t * self.drafting.cost.factor_at(size, cells)
+
+    def new_batch(self, slots: LlamaSlots, draft: DraftConfig, *, govern: bool = True) -> Batch:
+        """A batched loop over `slots` for requests drafted by `draft`'s settings: its own
+        cost model (the batch's cells are its slots', not this context's: the empty-cache
+        curve), the step's node budget (what one request may verify alone, shared by the
+        batch), and with `govern` a thread governor of its own (see `govern_batch`)."""
+        cost = self.drafting.cost.spawn(self.drafting.cost.measured, context=False)
+        batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain, per_request=draft.fair)
+        if govern:
+            self.govern_batch(batch, slots)
+        return batch
 
     def govern_batch(self, batch: Batch, slots: LlamaSlots) -> None:
         """Give a batched loop on `slots` its own thread governor (as `stream` has one), when
@@ -215,9 +226,9 @@ class Model:
         if threads is None:
             return
         self.backend.set_threads(threads)
-        cost = self._costs_by_threads.get(threads)
-        if cost is None:  # learned from this count's own steps, seeded with the idle curve
-            cost = self._costs_by_threads[threads] = self.drafting.cost.spawn(self.drafting.cost.measured)
+        if self._thread_costs is None:  # not calibrated: no curve to switch
+            return
+        cost = self._thread_costs.at(threads, self.drafting.cost)
         self.drafting.cost = cost
         for controller in self.drafting.controllers.values():
             controller.cost = cost
@@ -309,10 +320,7 @@ class Model:
             self.ensure_calibrated()
         slots = LlamaSlots(self.backend, parallel)
         try:
-            # a batch's cells are its slots', not this context's: the empty-cache curve
-            cost = self.drafting.cost.spawn(self.drafting.cost.measured, context=False)
-            batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain, per_request=draft.fair)
-            self.govern_batch(batch, slots)
+            batch = self.new_batch(slots, draft)
             ids = [
                 self.add_to(
                     batch, self.prompt_tokens(p, chat), max_tokens=max_tokens, stop=stop, sampling=sampling,
@@ -449,7 +457,9 @@ def plausible(costs: dict[int, float]) -> bool:
     (the one-token decodes were stalled by another process). Such a curve is used for this
     process only, never cached."""
     t1 = costs.get(1)
-    return bool(t1) and all(t >= 0.8 * t1 for n, t in costs.items() if n > 1)
+    if not t1:
+        return False
+    return all(t >= 0.8 * t1 for n, t in costs.items() if n > 1)
 
 
 def choose_backend(

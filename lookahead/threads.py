@@ -181,6 +181,24 @@ class _Stepping(Protocol):
     cost: CostModel
 
 
+class ThreadCosts:
+    """A cost model per thread count. The count calibrated first has its own; another's
+    starts from what was measured so far (the idle curve, scaled to that count by its
+    first steps) and then learns from that count's own steps. `context`: whether the
+    spawned models price the cache's cells (a batch's cells are its slots': no)."""
+
+    def __init__(self, threads: int, cost: CostModel, *, context: bool = True) -> None:
+        self.costs: dict[int, CostModel] = {threads: cost}
+        self.context = context
+
+    def at(self, threads: int, current: CostModel) -> CostModel:
+        """The cost model for `threads` (made from `current`'s measurements the first time)."""
+        cost = self.costs.get(threads)
+        if cost is None:
+            cost = self.costs[threads] = current.spawn(current.measured, context=self.context)
+        return cost
+
+
 class BatchThreads:
     """The governor for a batched loop (`generate_many`, `serve --parallel`): fed each
     batched verify's size and seconds (`Batch.after_verify`), it sets the thread count of
@@ -192,7 +210,7 @@ class BatchThreads:
         self.governor = governor
         self.batch = batch
         self.set_threads = set_threads
-        self.costs: dict[int, CostModel] = {governor.threads: batch.cost}
+        self.thread_costs = ThreadCosts(governor.threads, batch.cost, context=False)
 
     def begin(self) -> None:
         """Before the first step: a count from the CPU probe, if it has one."""
@@ -205,7 +223,9 @@ class BatchThreads:
         if threads is None:
             return
         self.set_threads(threads)
-        cost = self.costs.get(threads)
-        if cost is None:
-            cost = self.costs[threads] = self.batch.cost.spawn(self.batch.cost.measured, context=False)
-        self.batch.cost = cost
+        self.batch.cost = self.thread_costs.at(threads, self.batch.cost)
+
+    @property
+    def costs(self) -> dict[int, CostModel]:
+        """The cost model of each thread count used so far."""
+        return self.thread_costs.costs

@@ -22,7 +22,7 @@ from lookahead.backend.slots import LlamaSlots
 from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done
 from lookahead.errors import LookaheadError
-from lookahead.multi import Batch, Request
+from lookahead.multi import Request
 from lookahead.server.metrics import Metrics
 from lookahead.server.worker import END, Job, QueueFull, ShuttingDown
 
@@ -39,12 +39,8 @@ class BatchWorker:
         self.parallel = parallel
         self.slots = LlamaSlots(model.backend, parallel)
         self.n_ctx = self.slots.slot_ctx  # what one request may use
-        draft = draft or DraftConfig()
-        # the batch's cells are the slots', not the model context's: the empty-cache curve
-        cost = model.drafting.cost.spawn(model.drafting.cost.measured, context=False)
-        # the step's node budget: what one request may verify alone, shared by the batch
-        self.batch = Batch(self.slots, cost, budget=draft.budget, min_gain=draft.min_gain, per_request=draft.fair)
-        model.govern_batch(self.batch, self.slots)  # a busy machine: fewer threads while faster
+        # a busy machine: fewer threads while faster (the batch's own thread governor)
+        self.batch = model.new_batch(self.slots, draft or DraftConfig())
         self._req_of: dict[int, Request] = {}  # id(job) -> its request
         self._waiting: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
