@@ -106,7 +106,7 @@ class DraftState:
         and the caller's `extra` sources (fresh streams, this request's only)."""
         sources: list[DraftSource] = [SuffixIndex(), NgramIndex(max_order=config.ngram_order)]
         if config.edits:
-            sources.append(EditSource())
+            sources.append(EditSource(self.token_bytes))
         if config.records:
             sources.append(RecordSource(self.token_bytes, self.tokenize))
         corpus = self.corpus(config, progress)

@@ -78,3 +78,30 @@ def test_confidence_grows_with_the_length_of_the_copy():
     src.observe([4, 5, 6, 8, 7, 9, 10, 11])  # twelve tokens copied
     assert src.propose(1, 1)[0].q[0] > fresh[-1]
     assert (src.propose(6, 1)[0].q < 1).all()
+
+
+def test_fenced_code_is_found_by_bytes_whatever_the_token_boundaries():
+    from lookahead.index.edits import in_fences
+
+    pieces = [b"Fix", b" this", b":\n", b"``", b"`py", b"thon\n", b"x = 1", b"\n", b"```", b"\nThanks", b"!"]
+    assert in_fences(pieces) == [False, False, False, True, True, True, True, True, True, False, False]
+    assert in_fences([b"no", b" fences"]) == [False, False]
+    assert in_fences([b"```\n", b"open", b" to the end"]) == [True, True, True]
+
+
+def test_a_copy_from_a_fenced_block_grows_surer_than_a_copy_of_prose():
+    """The same tokens copied from a code block and from prose: equal drafts, the code
+    block's surer at every depth (a code edit writes the whole block back; a summary quotes
+    a phrase and moves on)."""
+    words = {1: b"Fix", 2: b":\n", 3: b"```\n", 4: b"```\n"}
+    token_bytes = lambda t: words.get(t, b" w%d" % t)  # noqa: E731
+    body = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    fenced, plain = EditSource(token_bytes), EditSource(token_bytes)
+    fenced.observe([1, 2, 3, *body, 4])
+    plain.observe([1, 2, *body])
+    for src in (fenced, plain):
+        src.observe(body[:4])  # aligned after 4 copied tokens
+    a, b = fenced.propose(6, 1)[0], plain.propose(6, 1)[0]
+    assert a.tokens.tolist() == b.tokens.tolist() == body[4:10]
+    assert (a.q > b.q).all() and a.q[0] >= 0.88 and b.q[0] == 0.8
+    assert EditSource().propose(6, 1) == []  # no prompt yet: nothing to copy

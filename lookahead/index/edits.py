@@ -25,6 +25,15 @@ by itself: a constant q left the controller ramping up over 4-5 steps (drafts of
 17, then 63) at the start of every code edit, until its calibration had seen each q level
 succeed.
 
+Code is copied further than prose. A code edit writes the whole block back, changed in a
+few places; a summary quotes a phrase of its document and moves on. The copy looks the
+same for its first tokens, so the source's confidence grows faster while it copies from
+inside a fenced code block of the prompt (q = r / (r + CODE_COPY_PRIOR): 0.89 right after
+aligning, 0.97 after 16) than from prose, where it stays as above. (Measured in the
+offline replay, tune set: code edits 2.13x -> 2.19x on an AVX2 EPYC's cost curve and
+3.13x -> 3.37x on an AVX-512 Xeon's, where a surer copy everywhere would have cost the
+summaries 3%.) Needs `token_bytes` to find the fences; without it every copy is prose.
+
 Its own source tag gives it its own calibration: where the output does not copy the
 prompt (prose, summaries), its drafts fail and the controller learns to ignore them.
 Per token the work is O(ALIGN + MAX_OLD) dict and list operations.
@@ -32,7 +41,7 @@ Per token the work is O(ALIGN + MAX_OLD) dict and list operations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -44,6 +53,8 @@ SYNC = 2  # prompt tokens the output must write again to close an edit
 MAX_OLD = 8  # most prompt tokens an edit replaces
 MAX_NEW = 12  # most output tokens an edit writes
 COPY_PRIOR = 1.0  # q of the r-th copied token: r / (r + COPY_PRIOR) (calibration corrects it)
+CODE_COPY_PRIOR = 0.5  # ... of a token inside a fenced code block of the prompt
+FENCE = b"```"
 Q_MAX = 0.99  # ... at most
 Q_SUB = 0.8  # per token of a learned substitution
 RESYNC_RUN = 8  # a copy that held across an edit counts as this long again
@@ -54,7 +65,9 @@ class EditSource:
 
     source = SOURCE_EDIT
 
-    def __init__(self) -> None:
+    def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
+        self._token_bytes = token_bytes
+        self._code: list[bool] = []  # per prompt token: inside a fenced code block
         self._prompt: list[int] = []
         self._grams: dict[tuple[int, ...], int] = {}  # prompt ALIGN-gram -> position after it
         self._out: list[int] = []  # tokens after the prompt
@@ -75,6 +88,8 @@ class EditSource:
             grams = self._grams
             for i in range(ALIGN, len(toks)):
                 grams[tuple(toks[i - ALIGN : i])] = i
+            if self._token_bytes is not None:
+                self._code = in_fences([self._token_bytes(t) for t in toks])
             return
         for t in toks:
             self._out.append(t)
@@ -184,6 +199,7 @@ class EditSource:
             qs.extend([Q_SUB] * len(rest))
             p += len(old)
         subs = self._subs
+        code = self._code
         while len(tokens) < max_depth and p < len(prompt):
             tok = prompt[p]
             hit = None
@@ -194,7 +210,8 @@ class EditSource:
             if hit is None:
                 tokens.append(tok)
                 run = self._run + len(tokens) - 1  # the copy's tokens before this one, drafted ones too
-                qs.append(min(run / (run + COPY_PRIOR), Q_MAX))
+                prior = CODE_COPY_PRIOR if code and code[p] else COPY_PRIOR
+                qs.append(min(run / (run + prior), Q_MAX))
                 p += 1
             else:
                 tokens.extend(hit[1])
@@ -204,3 +221,24 @@ class EditSource:
             return []
         del tokens[max_depth:], qs[max_depth:]
         return [Candidate(np.array(tokens, dtype=np.int32), np.array(qs, dtype=np.float32), SOURCE_EDIT)]
+
+
+def in_fences(pieces: list[bytes]) -> list[bool]:
+    """Per token (its bytes), whether it starts inside a ``` fenced block: after an odd
+    number of fences. The fence lines themselves count as inside (their language tag and
+    newline are copied with the code)."""
+    text = b"".join(pieces)
+    fences: list[int] = []
+    at = text.find(FENCE)
+    while at >= 0:
+        fences.append(at)
+        at = text.find(FENCE, at + len(FENCE))
+    out: list[bool] = []
+    offset, k = 0, 0  # k: fences that start before this token's first byte
+    for piece in pieces:
+        while k < len(fences) and fences[k] < offset:
+            k += 1
+        # inside: an odd number of fences before it, or a fence starting at this token
+        out.append(k % 2 == 1 or (k < len(fences) and fences[k] < offset + max(len(piece), 1)))
+        offset += len(piece)
+    return out
