@@ -50,7 +50,12 @@ LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
 ORACLE_METHODS: dict[str, int | None] = {"oracle": None, **{f"oracle{k}": k for k in FIXED_KS}}
 ORACLE_POLICY = "oracle_policy"
 LLAMA_METHODS: dict[str, int | None] = {"plain_llama": None, "pld2": 2, "pld10": 10}  # PLD K
-ALL_METHODS = (*LOOKAHEAD_METHODS, *ORACLE_METHODS, ORACLE_POLICY, *LLAMA_METHODS, *SERVER_METHODS)
+# the default with every copy of the prompt priced as prose, fenced code blocks too (what the
+# edit source's code-block prior adds)
+PROSE_COPIES = "prose_copies"
+ALL_METHODS = (
+    *LOOKAHEAD_METHODS, PROSE_COPIES, *ORACLE_METHODS, ORACLE_POLICY, *LLAMA_METHODS, *SERVER_METHODS,
+)  # fmt: skip
 DEFAULT_METHODS = (
     "plain", "adaptive", "exact", *(f"fixed{k}" for k in FIXED_KS), "tree", "pld2", "pld10", *ORACLE_METHODS,
 )  # fmt: skip
@@ -134,6 +139,24 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
         model.calibrate()
         t0 = time.perf_counter()
         return timed(model.stream(task.prompt, tokens=tokens, max_tokens=max_tokens, draft=config), t0)
+
+    return run
+
+
+def prose_copies_runner(model: Model) -> Runner:
+    """The default, with the edit source's fenced-code prior set to its prose prior for the
+    run (a module constant the source reads at every draft)."""
+    from lookahead.index import edits
+
+    inner = lookahead_runner(model, DraftConfig())
+
+    def run(task: Task, max_tokens: int) -> Measurement:
+        saved = edits.CODE_COPY_PRIOR
+        edits.CODE_COPY_PRIOR = edits.COPY_PRIOR
+        try:
+            return inner(task, max_tokens)  # the generation runs to its end in here
+        finally:
+            edits.CODE_COPY_PRIOR = saved
 
     return run
 
@@ -263,6 +286,8 @@ def build_runners(
     for name in methods:
         if name in LOOKAHEAD_METHODS:
             runners[name] = lookahead_runner(model, LOOKAHEAD_METHODS[name])
+        elif name == PROSE_COPIES:
+            runners[name] = prose_copies_runner(model)
         elif needs_truth(name):
             runners[name] = oracle_runner(model, truths, name)
         elif name in SERVER_METHODS:
