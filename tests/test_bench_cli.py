@@ -68,6 +68,7 @@ def test_quick_bench_on_the_small_model(smol_path: Path, tmp_path: Path) -> None
     plain = {r["task"]: r["tokens"] for r in runs if r["method"] == "plain"}
     for r in runs:
         assert r["step_t"] and r["ttft_s"] is not None and len(r["step_verify_s"]) == r["steps"]
+        assert "thread_switches" not in r["extra"]  # --threads pins the count: no governor
         if r["method"] == "oracle":  # SmolLM2 is batch-invariant here: every drafted token is right
             assert r["tokens"] == plain[r["task"]]
             assert r["step_accepted"] == r["k_trace"] and r["accepted"] == r["drafted"] > 0
