@@ -1,0 +1,43 @@
+"""The bench's runners on a stand-in model (no llama.cpp): what each run records."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from bench.methods import lookahead_runner
+from bench.tasks import Task
+from lookahead.draft_state import DraftConfig
+from lookahead.engine import Done, Result, Stats
+
+TASK = Task("code_edit/x", "code_edit", "rename x")
+
+
+class StandIn:
+    """What lookahead_runner asks of a Model: a governor made by calibrate(), one
+    generation that the governor sees switch threads once."""
+
+    def __init__(self, adapt_threads: bool) -> None:
+        self.adapt_threads = adapt_threads
+        self.backend = SimpleNamespace(n_threads=2)
+        self.governor: Any = None
+
+    def calibrate(self) -> None:
+        self.governor = SimpleNamespace(switches=0)
+
+    def prompt_tokens(self, prompt: str, chat: bool) -> list[int]:
+        return [1, 2, 3]
+
+    def stream(self, prompt: str, **kwargs: Any) -> list[Done]:
+        if self.adapt_threads and not kwargs["draft"].exact:
+            self.governor.switches += 1  # the run went to one thread
+            self.backend.n_threads = 1
+        return [Done(Result("ab", [4, 5], Stats(n_tokens=2, steps=2, decode_s=0.1), "length"))]
+
+
+def test_a_governed_run_records_its_thread_switches_and_a_pinned_or_exact_one_does_not() -> None:
+    m = lookahead_runner(StandIn(adapt_threads=True), DraftConfig())(TASK, 2)  # type: ignore[arg-type]
+    assert m.extra == {"thread_switches": 1, "threads_at_end": 1}
+    pinned = lookahead_runner(StandIn(adapt_threads=False), DraftConfig())(TASK, 2)  # type: ignore[arg-type]
+    exact = lookahead_runner(StandIn(adapt_threads=True), DraftConfig(exact=True))(TASK, 2)  # type: ignore[arg-type]
+    assert pinned.extra == {} and exact.extra == {}
