@@ -30,6 +30,7 @@ from lookahead.control import FixedPolicy
 from lookahead.draft import Draft
 from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Drafter, Event, GenerationConfig, Policy, Step, generate
+from lookahead.index.codetext import in_fences
 
 FIXED_KS = (1, 2, 4, 8, 16, 32)  # the fixed-K chains (and oracle chains) the speedup-vs-K chart draws
 LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
@@ -50,11 +51,16 @@ LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
 ORACLE_METHODS: dict[str, int | None] = {"oracle": None, **{f"oracle{k}": k for k in FIXED_KS}}
 ORACLE_POLICY = "oracle_policy"
 LLAMA_METHODS: dict[str, int | None] = {"plain_llama": None, "pld2": 2, "pld10": 10}  # PLD K
-# the default with every copy of the prompt priced as prose, fenced code blocks too (what the
-# edit source's code-block prior adds)
-PROSE_COPIES = "prose_copies"
+# The default with one setting of the edit source's module changed for the run (what that
+# setting adds), by name: (module attribute, its value given the module).
+# prose_copies: every copy of the prompt priced as prose, code blocks too (the code prior);
+# fenced_only: code recognised only inside ``` fences (the line-based code detection)
+EDIT_VARIANTS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "prose_copies": ("CODE_COPY_PRIOR", lambda edits: edits.COPY_PRIOR),
+    "fenced_only": ("in_code", lambda edits: in_fences),
+}
 ALL_METHODS = (
-    *LOOKAHEAD_METHODS, PROSE_COPIES, *ORACLE_METHODS, ORACLE_POLICY, *LLAMA_METHODS, *SERVER_METHODS,
+    *LOOKAHEAD_METHODS, *EDIT_VARIANTS, *ORACLE_METHODS, ORACLE_POLICY, *LLAMA_METHODS, *SERVER_METHODS,
 )  # fmt: skip
 DEFAULT_METHODS = (
     "plain", "adaptive", "exact", *(f"fixed{k}" for k in FIXED_KS), "tree", "pld2", "pld10", *ORACLE_METHODS,
@@ -150,20 +156,21 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
     return run
 
 
-def prose_copies_runner(model: Model) -> Runner:
-    """The default, with the edit source's fenced-code prior set to its prose prior for the
-    run (a module constant the source reads at every draft)."""
+def edit_variant_runner(model: Model, method: str) -> Runner:
+    """The default, with the edit source's module attribute of `EDIT_VARIANTS[method]` set for
+    the run (the source reads it at every draft, or at the prompt)."""
     from lookahead.index import edits
 
+    name, value_of = EDIT_VARIANTS[method]
     inner = lookahead_runner(model, DraftConfig())
 
     def run(task: Task, max_tokens: int) -> Measurement:
-        saved = edits.CODE_COPY_PRIOR
-        edits.CODE_COPY_PRIOR = edits.COPY_PRIOR
+        saved = getattr(edits, name)
+        setattr(edits, name, value_of(edits))
         try:
             return inner(task, max_tokens)  # the generation runs to its end in here
         finally:
-            edits.CODE_COPY_PRIOR = saved
+            setattr(edits, name, saved)
 
     return run
 
@@ -293,8 +300,8 @@ def build_runners(
     for name in methods:
         if name in LOOKAHEAD_METHODS:
             runners[name] = lookahead_runner(model, LOOKAHEAD_METHODS[name])
-        elif name == PROSE_COPIES:
-            runners[name] = prose_copies_runner(model)
+        elif name in EDIT_VARIANTS:
+            runners[name] = edit_variant_runner(model, name)
         elif needs_truth(name):
             runners[name] = oracle_runner(model, truths, name)
         elif name in SERVER_METHODS:

@@ -271,8 +271,9 @@ def _tasks_of(kind: str) -> list[Task]:
     raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
 
 
-PROMPT_SETS = ("bench", "tune", "data")  # tune: bench/tasks_tune.py, for tuning apart from the bench;
-# data: bench/tasks_data.py, reports with their data in many layouts (JSON, CSV, YAML, ...)
+PROMPT_SETS = ("bench", "tune", "data", "pasted")  # tune: bench/tasks_tune.py, for tuning apart
+# from the bench; data: bench/tasks_data.py, reports with their data in many layouts (JSON,
+# CSV, YAML, ...); pasted: bench/tasks_pasted.py, the tune set's code edits without fences
 
 
 def load_tasks(
@@ -285,6 +286,8 @@ def load_tasks(
         from bench.tasks_tune import tasks_of  # imports a few stdlib modules to read them
     elif prompt_set == "data":
         from bench.tasks_data import tasks_of
+    elif prompt_set == "pasted":
+        from bench.tasks_pasted import tasks_of
     else:
         raise ValueError(f"unknown prompt set {prompt_set!r}; known: {', '.join(PROMPT_SETS)}")
     tasks: list[Task] = []

@@ -438,7 +438,12 @@ def bench(
         typer.Option("--per-kind", help="At most this many prompts per kind (default: all; 1 with --quick)."),
     ] = None,
     prompt_set: Annotated[
-        str, typer.Option("--set", help="Prompt set: bench (the reported one); tune, data (reports) for tuning.")
+        str,
+        typer.Option(
+            "--set",
+            help="Prompt set: bench (the reported one); for tuning: tune, data (reports), "
+            "pasted (the tune set's code edits without fences).",
+        ),
     ] = "bench",
     threads: Annotated[int, typer.Option(help="CPU threads for every method (0 = all available).")] = 0,
     llama_server: Annotated[

@@ -81,7 +81,7 @@ def test_confidence_grows_with_the_length_of_the_copy():
 
 
 def test_fenced_code_is_found_by_bytes_whatever_the_token_boundaries():
-    from lookahead.index.edits import in_fences
+    from lookahead.index.codetext import in_fences
 
     pieces = [b"Fix", b" this", b":\n", b"``", b"`py", b"thon\n", b"x = 1", b"\n", b"```", b"\nThanks", b"!"]
     assert in_fences(pieces) == [False, False, False, True, True, True, True, True, True, False, False]
@@ -105,3 +105,90 @@ def test_a_copy_from_a_fenced_block_grows_surer_than_a_copy_of_prose():
     assert a.tokens.tolist() == b.tokens.tolist() == body[4:10]
     assert (a.q > b.q).all() and a.q[0] >= 0.88 and b.q[0] == 0.8
     assert EditSource().propose(6, 1) == []  # no prompt yet: nothing to copy
+
+
+CODE_EDIT = b"""Rename `buf` to `buffer` everywhere in this function. Return the whole function.
+
+def read(stream, size):
+    # read the whole stream, a chunk at a time
+    buf = bytearray()
+    while True:
+        chunk = stream.read(size)
+        if not chunk:
+            break
+
+        buf.extend(chunk)
+    return bytes(buf)
+Thanks!"""
+
+
+def lines_of(flags: list[bool], pieces: list[bytes]) -> list[bytes]:
+    return [p for p, f in zip(pieces, flags, strict=True) if f]
+
+
+def test_code_pasted_without_fences_is_code_and_its_instruction_is_not():
+    from lookahead.index.codetext import in_code
+
+    pieces = [line + b"\n" for line in CODE_EDIT.split(b"\n")]
+    code = lines_of(in_code(pieces), pieces)
+    assert code[0].startswith(b"def read") and code[-1] == b"    return bytes(buf)\n"
+    assert b"\n" in code  # the blank line inside the function
+    assert len(code) == len(pieces) - 3  # all but the instruction, its blank line and "Thanks!"
+
+
+def test_a_token_starting_with_a_newline_goes_with_the_line_it_ends():
+    from lookahead.index.codetext import in_code
+
+    pieces = [b"Tidy this up.", b"\n\n", b"x = f(1)", b"\n", b"print(x)", b"\nDone", b" now."]
+    assert in_code(pieces) == [False, False, True, True, True, True, False]
+
+
+def test_prose_that_names_code_is_prose():
+    from lookahead.index.codetext import looks_like_code
+
+    for line in (
+        b"Normally, d[key] returns a COPY of the entry.  This needs care when",
+        b"with dbm databases is that the values (not the keys!) in a shelf can",
+        b"Rename `f(x)` to `g(x)` in this module:",
+        b"Change `x = f(y)` to `x = g(y)`.",
+        b"if d[key] is a list, appending to it does not write it back",
+        b"Amira Haddad; 4B; 96; 15.5; up",
+        b"for the reader who wants more, the appendix lists every source",
+    ):
+        assert not looks_like_code(line), line
+    for line in (
+        b"def read(stream, size):",
+        b"from typing import List, Optional",
+        b"        d = shelve.open(filename) # open, with (g)dbm filename -- no suffix",
+        b"for url in urls:",
+        b"return frames, bytes(buf)",
+        b"int main(void) {",
+        b"x = compute(y);",
+    ):
+        assert looks_like_code(line), line
+
+
+def test_code_alone_is_a_completion_and_counts_as_code_only_in_fences():
+    """A prompt of code with no instruction is continued, not written back: the copy prior
+    of code is for code under an instruction."""
+    from lookahead.index.codetext import in_code
+
+    alone = [b"def f(x):\n", b"    return x + 1\n", b"\n", b"def g(y):\n"]
+    assert in_code(alone) == [False] * 4
+    fenced = [b"```\n", b"def f(x):\n", b"```\n"]
+    assert in_code(fenced) == [True] * 3
+
+
+def test_a_copy_of_unfenced_code_grows_surer_than_a_copy_of_prose():
+    pieces = {1: b"Rename it.", 2: b"\n\n", 3: b"def", 4: b" f", 5: b"(x):\n"}
+    token_bytes = lambda t: pieces.get(t, b"    y%d = x\n" % t)  # noqa: E731
+    prose_bytes = lambda t: {1: b"Rename it.", 2: b"\n\n"}.get(t, b" word%d" % t)  # noqa: E731
+    body = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    code, prose = EditSource(token_bytes), EditSource(prose_bytes)
+    code.observe([1, 2, 3, 4, 5, *body])
+    prose.observe([1, 2, 3, 4, 5, *body])
+    for src in (code, prose):
+        src.observe(body[:4])
+    a, b = code.propose(6, 1)[0], prose.propose(6, 1)[0]
+    assert a.tokens.tolist() == b.tokens.tolist() == body[4:10]
+    assert (a.q > b.q).all()

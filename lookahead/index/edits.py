@@ -28,11 +28,13 @@ succeed.
 Code is copied further than prose. A code edit writes the whole block back, changed in a
 few places; a summary quotes a phrase of its document and moves on. The copy looks the
 same for its first tokens, so the source's confidence grows faster while it copies from
-inside a fenced code block of the prompt (q = r / (r + CODE_COPY_PRIOR): 0.89 right after
+inside a block of code of the prompt (q = r / (r + CODE_COPY_PRIOR): 0.89 right after
 aligning, 0.97 after 16) than from prose, where it stays as above. (Measured in the
 offline replay, tune set: code edits 2.13x -> 2.19x on an AVX2 EPYC's cost curve and
 3.13x -> 3.37x on an AVX-512 Xeon's, where a surer copy everywhere would have cost the
-summaries 3%.) Needs `token_bytes` to find the fences; without it every copy is prose.
+summaries 3%.) Code is a fenced block, or lines that look like code under an instruction
+(`lookahead.index.codetext`: pasted code, as in the README's example, is not fenced).
+Needs `token_bytes` to read the lines; without it every copy is prose.
 
 Its own source tag gives it its own calibration: where the output does not copy the
 prompt (prose, summaries), its drafts fail and the controller learns to ignore them.
@@ -46,6 +48,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from lookahead.draft import SOURCE_EDIT, Candidate
+from lookahead.index.codetext import in_code
 from lookahead.index.walk import int_list
 
 ALIGN = 4  # output tokens that must match the prompt to align a copy
@@ -53,8 +56,7 @@ SYNC = 2  # prompt tokens the output must write again to close an edit
 MAX_OLD = 8  # most prompt tokens an edit replaces
 MAX_NEW = 12  # most output tokens an edit writes
 COPY_PRIOR = 1.0  # q of the r-th copied token: r / (r + COPY_PRIOR) (calibration corrects it)
-CODE_COPY_PRIOR = 0.5  # ... of a token inside a fenced code block of the prompt
-FENCE = b"```"
+CODE_COPY_PRIOR = 0.5  # ... of a token inside a block of code of the prompt
 Q_MAX = 0.99  # ... at most
 Q_SUB = 0.8  # per token of a learned substitution
 RESYNC_RUN = 8  # a copy that held across an edit counts as this long again
@@ -67,7 +69,7 @@ class EditSource:
 
     def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
         self._token_bytes = token_bytes
-        self._code: list[bool] = []  # per prompt token: inside a fenced code block
+        self._code: list[bool] = []  # per prompt token: inside a block of code
         self._prompt: list[int] = []
         self._grams: dict[tuple[int, ...], int] = {}  # prompt ALIGN-gram -> position after it
         self._out: list[int] = []  # tokens after the prompt
@@ -89,7 +91,7 @@ class EditSource:
             for i in range(ALIGN, len(toks)):
                 grams[tuple(toks[i - ALIGN : i])] = i
             if self._token_bytes is not None:
-                self._code = in_fences([self._token_bytes(t) for t in toks])
+                self._code = in_code([self._token_bytes(t) for t in toks])
             return
         for t in toks:
             self._out.append(t)
@@ -221,24 +223,3 @@ class EditSource:
             return []
         del tokens[max_depth:], qs[max_depth:]
         return [Candidate(np.array(tokens, dtype=np.int32), np.array(qs, dtype=np.float32), SOURCE_EDIT)]
-
-
-def in_fences(pieces: list[bytes]) -> list[bool]:
-    """Per token (its bytes), whether it starts inside a ``` fenced block: after an odd
-    number of fences. The fence lines themselves count as inside (their language tag and
-    newline are copied with the code)."""
-    text = b"".join(pieces)
-    fences: list[int] = []
-    at = text.find(FENCE)
-    while at >= 0:
-        fences.append(at)
-        at = text.find(FENCE, at + len(FENCE))
-    out: list[bool] = []
-    offset, k = 0, 0  # k: fences that start before this token's first byte
-    for piece in pieces:
-        while k < len(fences) and fences[k] < offset:
-            k += 1
-        # inside: an odd number of fences before it, or a fence starting at this token
-        out.append(k % 2 == 1 or (k < len(fences) and fences[k] < offset + max(len(piece), 1)))
-        offset += len(piece)
-    return out

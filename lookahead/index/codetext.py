@@ -1,0 +1,103 @@
+"""Which tokens of a prompt are code: inside a ``` fenced block, or on a line that looks
+like code (pasted without fences, as users often do).
+
+The copy-through-edits source trusts a copy of code sooner than a copy of prose (see
+`lookahead.index.edits`); this tells the two apart. A wrong guess costs little: it only
+moves how fast that source's confidence grows, and the controller's calibration still
+corrects it.
+"""
+
+from __future__ import annotations
+
+import re
+
+FENCE = b"```"
+
+# Outside fences, a line is code when it opens with a keyword or holds code's symbols without
+# ending as a sentence does ("Rename `f(x)` to `g(x)`:" is prose); an indented line goes on
+# a block of code (a docstring, an argument list), but does not start one (indented prose
+# and data are common too).
+_KEYWORD = re.compile(
+    rb"(def|class|async|await|import|from|return|yield|if|elif|else|for|while|with|try|"
+    rb"except|finally|raise|assert|pass|break|continue|lambda|function|const|let|var|fn|pub|"
+    rb"impl|struct|enum|public|private|protected|static|package|func|switch|case)\b|@\w|#include|#define"
+)
+_IMPORT = re.compile(rb"(from\s+[\w.]+\s+import|import\s+[\w.]+(,|\s+as\s|$))")
+# a call ("f(", not prose's "word (aside)"), brackets, assignment, arrows; ";" only at the
+# end (inside a line it separates data as often)
+_SYMBOLS = re.compile(rb"\w\(|[=\[\]{}]|->|::|;$")
+_SENTENCE_END = (b".", b"?", b"!", b":")
+_COMMENT = re.compile(rb"\s(#|//)\s.*$")  # a trailing comment is prose inside code
+# Prose that names code ("if d[key] is a list, d.close() is slow") has symbols too, but
+# most of its words are plain: more than this share of them and the line is prose.
+PLAIN_WORDS = 0.5
+
+
+def looks_like_code(line: bytes) -> bool:
+    """Whether one line (without its newline), outside fences, looks like code by itself."""
+    body = _COMMENT.sub(b"", line.strip())
+    if not body:
+        return False
+    words = body.split()
+    plain = sum(1 for w in words if w.strip(b",.;:!?").isalpha()) / len(words)
+    symbols = _SYMBOLS.search(body) is not None
+    if _IMPORT.match(body):
+        return True
+    if _KEYWORD.match(body):
+        # wrapped prose starts lines with "with", "for", "if" too: a keyword line is code
+        # when it opens a block, is short, or is mostly symbols
+        return body.endswith((b":", b"{", b";")) or len(words) <= 4 or (symbols and plain <= 0.7)
+    return symbols and not body.endswith(_SENTENCE_END) and plain <= PLAIN_WORDS
+
+
+def in_fences(pieces: list[bytes]) -> list[bool]:
+    """Per token (its bytes), whether it starts inside a ``` fenced block: after an odd
+    number of fences. The fence lines themselves count as inside (their language tag and
+    newline are copied with the code)."""
+    text = b"".join(pieces)
+    fences: list[int] = []
+    at = text.find(FENCE)
+    while at >= 0:
+        fences.append(at)
+        at = text.find(FENCE, at + len(FENCE))
+    out: list[bool] = []
+    offset, k = 0, 0  # k: fences that start before this token's first byte
+    for piece in pieces:
+        while k < len(fences) and fences[k] < offset:
+            k += 1
+        # inside: an odd number of fences before it, or a fence starting at this token
+        out.append(k % 2 == 1 or (k < len(fences) and fences[k] < offset + max(len(piece), 1)))
+        offset += len(piece)
+    return out
+
+
+def in_code(pieces: list[bytes]) -> list[bool]:
+    """Per token (its bytes), whether it starts inside a fenced block or on a line of code.
+    A blank line, and an indented one, go with the line before them (a blank line or a
+    docstring inside a function is code); a token that starts with a newline goes with the
+    line it ends."""
+    fenced = in_fences(pieces)
+    starts: list[int] = []  # per line: offset of its first byte
+    code: list[bool] = []
+    offset, before = 0, False
+    lines = b"".join(pieces).split(b"\n")
+    for line in lines:
+        # a blank line keeps the last one's kind; an indented one may go on a block of code
+        indented = line.startswith((b" ", b"\t"))
+        this = before if not line.strip() else looks_like_code(line) or (before and indented)
+        starts.append(offset)
+        code.append(this)
+        before = this
+        offset += len(line) + 1
+    if all(code[i] or not line.strip() for i, line in enumerate(lines)):
+        # code alone, with no instruction: a completion continues it rather than writing it
+        # back, so only fenced code counts
+        return fenced
+    out: list[bool] = []
+    offset, i = 0, 0  # i: the line of this token's first byte
+    for piece, inside in zip(pieces, fenced, strict=True):
+        while i + 1 < len(starts) and starts[i + 1] <= offset:
+            i += 1
+        out.append(inside or code[i])
+        offset += len(piece)
+    return out

@@ -1,0 +1,30 @@
+"""The bench's prompt sets load, and the pasted set is the tune set's code edits unfenced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.tasks import KINDS, PROMPT_SETS, load_tasks
+
+RESULTS = Path(__file__).parent.parent / "bench" / "results"
+
+
+def test_every_prompt_set_loads_with_unique_ids() -> None:
+    for name in PROMPT_SETS:
+        tasks = load_tasks(KINDS, prompt_set=name)
+        assert tasks, name
+        assert len({t.id for t in tasks}) == len(tasks), name
+
+
+def test_the_pasted_set_is_the_tune_sets_code_edits_without_fence_lines() -> None:
+    tune = load_tasks(["code_edit"], prompt_set="tune")
+    pasted = load_tasks(KINDS, prompt_set="pasted")
+    assert [t.id for t in pasted] == [t.id for t in tune]
+    for a, b in zip(tune, pasted, strict=True):
+        assert "```" in a.prompt and "```" not in b.prompt
+        kept = [line for line in a.prompt.splitlines() if not line.startswith("```")]
+        assert b.prompt.splitlines() == kept
+    # its stored plain outputs (the replay's truth) are of the same prompts
+    stored = json.loads((RESULTS / "plain-qwen2.5-coder-0.5b-pasted.json").read_text())
+    assert {r["task"] for r in stored["runs"]} == {t.id for t in pasted}
