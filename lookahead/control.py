@@ -21,6 +21,7 @@ replays a recorded trace with no model, for tests and tuning.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -317,6 +318,7 @@ def _lookup(values: Floats, index: npt.NDArray[np.intp]) -> Floats:
 # a few percent of q change the best n a lot.
 Q_EDGES = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98])
 N_BINS = len(Q_EDGES) + 1
+_Q_EDGES_LIST: list[float] = Q_EDGES.tolist()  # for bisect on plain floats (record_trials)
 # The change test of a calibration cell (see `record_trials`): it weighs the rate p of the
 # cell's history against rates moved this share of the way to 1 and to 0 ...
 CHANGE_SHIFT = 0.8
@@ -371,9 +373,9 @@ class AcceptanceStats:
         """Flat calibration cell of each node (maybe past the arrays: a source never tried)."""
         return sources.astype(np.intp) * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
 
-    def _grow(self, sources: npt.NDArray[np.int8]) -> None:
-        """Room for the cells of `sources` (a source id past those seen so far)."""
-        more = int(sources.max()) + 1 - len(self._src_hits)
+    def _grow(self, top_source: int) -> None:
+        """Room for the cells of sources up to `top_source` (one past those seen so far)."""
+        more = top_source + 1 - len(self._src_hits)
         if more > 0:
             grow = more * N_BINS
             self._hits = np.concatenate([self._hits, np.zeros(grow)])
@@ -430,21 +432,40 @@ class AcceptanceStats:
         depth: npt.NDArray[np.int32],
         hit: npt.NDArray[np.bool_],
     ) -> None:
-        """One step's reached nodes (q, source, depth of each) and whether each was accepted."""
+        """One step's reached nodes (q, source, depth of each) and whether each was accepted.
+
+        A call holds a few trials (1-5 usually, about a budget's worth at most) and comes
+        about a dozen times a step on edits (once per older draft scored per token): plain
+        Python over lists is several times cheaper here than numpy calls on arrays this
+        small. Every sum is formed as the array version (bincount, np.add.at) formed it: per
+        cell and per depth the counts first, added once; per source one trial at a time, in
+        order. So the floats, and the decisions made from them, are the same to the bit.
+        """
         if len(q) == 0:
             return
-        self._grow(sources)
-        cells = self.cells(q, sources)
-        size = len(self._hits)
-        tried = np.bincount(cells, minlength=size)
-        won = np.bincount(cells, weights=hit, minlength=size)
-        idx = np.flatnonzero(tried)
+        qs: list[float] = q.tolist()
+        srcs: list[int] = sources.tolist()
+        won: list[bool] = hit.tolist()
+        self._grow(max(srcs))
+        # trials and hits per calibration cell and per depth (anything deeper than k_max
+        # counts at k_max + 1)
+        cap = self.config.k_max + 1
+        per_cell: dict[int, list[int]] = {}
+        per_depth: dict[int, list[int]] = {}
+        for x, s, d, ok in zip(qs, srcs, depth.tolist(), won, strict=True):
+            counts = per_cell.setdefault(s * N_BINS + bisect_right(_Q_EDGES_LIST, x), [0, 0])
+            counts[0] += 1
+            counts[1] += ok
+            counts = per_depth.setdefault(min(d, cap), [0, 0])
+            counts[0] += 1
+            counts[1] += ok
         eps = 1e-6
         hits, trials = self._hits, self._trials
-        # a step touches few cells: plain floats are cheaper than numpy here
         cusum_rise, cusum_fall = self._cusum_rise, self._cusum_fall
-        for i, k, w in zip(idx.tolist(), tried[idx].tolist(), won[idx].tolist(), strict=True):
-            h, t = float(hits[i]), float(trials[i])
+        for i in sorted(per_cell):  # ascending, as the array version went
+            k, cell_hits = per_cell[i]
+            w = float(cell_hits)
+            h, t = hits.item(i), trials.item(i)  # plain floats: the same arithmetic, cheaper
             # the cell's history alone (not the raw-q prior), half a hit of smoothing
             est = min(max((h + 0.5) / (t + 1.0), eps), 1 - eps)
             keep = self._keep_trial**k  # a cell tried k times keeps keep_trial**k of its past
@@ -454,8 +475,8 @@ class AcceptanceStats:
             # changed regime, and most of the cell's history is dropped.
             hi, lo = est + CHANGE_SHIFT * (1 - est), est * (1 - CHANGE_SHIFT)
             miss = k - w
-            rise = cusum_rise[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
-            fall = cusum_fall[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
+            rise = cusum_rise.item(i) + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
+            fall = cusum_fall.item(i) + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
             if rise > CHANGE_NATS or fall > CHANGE_NATS:
                 keep *= CHANGE_KEEP
                 rise = fall = 0.0
@@ -464,25 +485,24 @@ class AcceptanceStats:
             cusum_rise[i], cusum_fall[i] = max(rise, 0.0), max(fall, 0.0)
             hits[i] = h * keep + w
             trials[i] = t * keep + k
-        src = sources.astype(np.intp)
-        np.add.at(self._src_hits, src, hit.astype(np.float64))
-        np.add.at(self._src_promised, src, q.astype(np.float64))
-        d = self._depth_index(depth)
-        self._depth_trials += np.bincount(d, minlength=len(self._depth_trials))
-        self._depth_hits += np.bincount(d, weights=hit, minlength=len(self._depth_hits))
+        # per source, hits and promised q: running sums one trial at a time, in order
+        src_hits, promised = self._src_hits, self._src_promised
+        for x, s, ok in zip(qs, srcs, won, strict=True):
+            src_hits[s] = src_hits.item(s) + (1.0 if ok else 0.0)
+            promised[s] = promised.item(s) + x
+        self._depth_room(max(per_depth))
+        depth_trials, depth_hits = self._depth_trials, self._depth_hits
+        for d, (tried, depth_won) in per_depth.items():
+            depth_trials[d] = depth_trials.item(d) + tried
+            depth_hits[d] = depth_hits.item(d) + depth_won
 
-    def _depth_index(self, depth: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-        """Index of each depth in the per-depth arrays, grown to hold them all."""
-        cap = self.config.k_max + 1  # anything deeper is counted at k_max + 1
-        deepest = int(depth.max())
-        if deepest > cap:
-            depth, deepest = np.minimum(depth, cap), cap
+    def _depth_room(self, deepest: int) -> None:
+        """Grow the per-depth arrays to hold index `deepest` (at most k_max + 1)."""
         old = len(self._depth_trials)
         if deepest >= old:
-            more = min(max(deepest + 1, 2 * old), cap + 1) - old
+            more = min(max(deepest + 1, 2 * old), self.config.k_max + 2) - old
             self._depth_hits = np.concatenate([self._depth_hits, np.zeros(more)])
             self._depth_trials = np.concatenate([self._depth_trials, np.zeros(more)])
-        return depth
 
     @property
     def alpha(self) -> float:
@@ -610,6 +630,9 @@ class ShadowScorer:
 # Pending unverified drafts scored as the model's tokens arrive (newest kept).
 MAX_PENDING = 4
 
+# A step that reached no node (still recorded: a call per step, empty or not).
+_NO_TRIALS = Trials(Draft.empty(), np.zeros(0, dtype=np.intp), np.zeros(0, dtype=bool))
+
 
 @dataclass
 class _Cursor:
@@ -621,14 +644,19 @@ class _Cursor:
         """One model token: the nodes it decides (the unverified children of the cursor's
         node) and which matched; the cursor moves to the match. None when the draft has
         nothing more there."""
-        d = self.draft
-        kids = np.flatnonzero(d.parents[self.start :] == self.node) + self.start
-        if len(kids) == 0:
+        # the draft's child table (built once per draft) instead of a scan of its parents
+        # per token: the table lists children in index order, and the children of a node
+        # carry distinct tokens, so at most one of them is the match
+        children = self.draft.children(self.node)
+        kids = [i for i in children.values() if i >= self.start]
+        if not kids:
             return None
-        hit = d.tokens[kids] == token
-        if hit.any():
-            self.node = int(kids[int(np.argmax(hit))])
-        return Trials(d, kids, hit)
+        match = children.get(token, -1)
+        if match >= self.start:
+            self.node = match
+        return Trials(
+            self.draft, np.array(kids, dtype=np.intp), np.array([i == match for i in kids])
+        )
 
 
 class Controller:
@@ -757,19 +785,22 @@ class Controller:
         n = len(verified)
         self.cost.observe(n + 1, seconds)
         self.stats.record_step(len(accepted))
-        # on[j + 1]: node j accepted; on[0]: the root, always accepted
-        on = np.zeros(n + 1, dtype=bool)
-        on[0] = True
-        on[np.asarray(accepted, dtype=np.intp) + 1] = True
-        reached = np.flatnonzero(on[verified.parents.astype(np.intp) + 1])
-        step = Trials(verified, reached, on[reached + 1])
         older, fresh = self.shadow.score(verified, accepted, bonus)
-        if fresh is not None:  # the offered draft extends the verified prefix: one batch
-            step = Trials(
-                fresh.draft,
-                np.concatenate([step.nodes, fresh.nodes]),
-                np.concatenate([step.hit, fresh.hit]),
-            )
+        if n == 0:  # plain decoding: no verified node was reached, no numpy work
+            step = fresh if fresh is not None else _NO_TRIALS
+        else:
+            # on[j + 1]: node j accepted; on[0]: the root, always accepted
+            on = np.zeros(n + 1, dtype=bool)
+            on[0] = True
+            on[np.asarray(accepted, dtype=np.intp) + 1] = True
+            reached = np.flatnonzero(on[verified.parents.astype(np.intp) + 1])
+            step = Trials(verified, reached, on[reached + 1])
+            if fresh is not None:  # the offered draft extends the verified prefix: one batch
+                step = Trials(
+                    fresh.draft,
+                    np.concatenate([step.nodes, fresh.nodes]),
+                    np.concatenate([step.hit, fresh.hit]),
+                )
         # older drafts' trials first, then this step's in one call (the change test weighs
         # a call's evidence together)
         for trials in [*older, step]:

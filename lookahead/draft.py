@@ -97,8 +97,11 @@ class Draft:
         """token -> child node index, for `node` (-1 = the root)."""
         if self._children is None:
             table: list[dict[int, int]] = [{} for _ in range(len(self.tokens) + 1)]
-            for i in range(len(self.tokens)):
-                table[int(self.parents[i]) + 1][int(self.tokens[i])] = i
+            # one conversion to plain ints, not two numpy scalars per node (every step builds
+            # the table of the verified prefix, and the shadow scorer those of declined drafts)
+            parents, tokens = self.parents.tolist(), self.tokens.tolist()
+            for i, (par, tok) in enumerate(zip(parents, tokens, strict=True)):
+                table[par + 1][tok] = i
             self._children = table
         return self._children[node + 1]
 

@@ -6,20 +6,28 @@ model would accept: each node in turn with probability p_true. Costs come from a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from lookahead.control import (
+    CHANGE_KEEP,
+    CHANGE_NATS,
+    CHANGE_SHIFT,
     DEFAULT_SHAPE,
+    N_BINS,
     PRIOR_CAP,
+    Q_EDGES,
     AcceptanceStats,
     ControlConfig,
     Controller,
     CostModel,
     FixedPolicy,
     ShadowScorer,
+    _Cursor,
     path_probs,
     simulate,
 )
@@ -321,6 +329,107 @@ def test_calibration_reacts_to_a_change_of_regime() -> None:
     assert calibrated(stats, 0.8, SOURCE_NGRAM) < 0.6
 
 
+class ArrayStats(AcceptanceStats):
+    """`record_trials` as numpy arrays wrote it (bincount per cell and depth, np.add.at per
+    source): the reference the plain-Python version must match to the bit."""
+
+    resets = 0  # change tests that fired
+
+    def record_trials(
+        self,
+        q: npt.NDArray[np.float32],
+        sources: npt.NDArray[np.int8],
+        depth: npt.NDArray[np.int32],
+        hit: npt.NDArray[np.bool_],
+    ) -> None:
+        if len(q) == 0:
+            return
+        more = int(sources.max()) + 1 - len(self._src_hits)
+        if more > 0:
+            for name in ("_hits", "_trials", "_cusum_rise", "_cusum_fall"):
+                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(more * N_BINS)]))
+            self._src_hits = np.concatenate([self._src_hits, np.zeros(more)])
+            self._src_promised = np.concatenate([self._src_promised, np.zeros(more)])
+        cells = sources.astype(np.intp) * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
+        tried = np.bincount(cells, minlength=len(self._hits))
+        won = np.bincount(cells, weights=hit, minlength=len(self._hits))
+        idx = np.flatnonzero(tried)
+        eps = 1e-6
+        for i, k, w in zip(idx.tolist(), tried[idx].tolist(), won[idx].tolist(), strict=True):
+            h, t = float(self._hits[i]), float(self._trials[i])
+            est = min(max((h + 0.5) / (t + 1.0), eps), 1 - eps)
+            keep = self._keep_trial**k
+            hi, lo = est + CHANGE_SHIFT * (1 - est), est * (1 - CHANGE_SHIFT)
+            miss = k - w
+            rise = self._cusum_rise[i] + w * math.log(hi / est) + miss * math.log((1 - hi) / (1 - est))
+            fall = self._cusum_fall[i] + w * math.log(lo / est) + miss * math.log((1 - lo) / (1 - est))
+            if rise > CHANGE_NATS or fall > CHANGE_NATS:
+                self.resets += 1
+                keep *= CHANGE_KEEP
+                rise = fall = 0.0
+                self._src_hits[i // N_BINS] = self._src_promised[i // N_BINS] = 0.0
+            self._cusum_rise[i], self._cusum_fall[i] = max(rise, 0.0), max(fall, 0.0)
+            self._hits[i] = h * keep + w
+            self._trials[i] = t * keep + k
+        np.add.at(self._src_hits, sources.astype(np.intp), hit.astype(np.float64))
+        np.add.at(self._src_promised, sources.astype(np.intp), q.astype(np.float64))
+        cap = self.config.k_max + 1
+        d = np.minimum(depth, cap)
+        old = len(self._depth_trials)
+        if int(d.max()) >= old:
+            more = min(max(int(d.max()) + 1, 2 * old), cap + 1) - old
+            self._depth_hits = np.concatenate([self._depth_hits, np.zeros(more)])
+            self._depth_trials = np.concatenate([self._depth_trials, np.zeros(more)])
+        self._depth_trials += np.bincount(d, minlength=len(self._depth_trials))
+        self._depth_hits += np.bincount(d, weights=hit, minlength=len(self._depth_hits))
+
+
+STATE = (
+    "_hits",
+    "_trials",
+    "_cusum_rise",
+    "_cusum_fall",
+    "_src_hits",
+    "_src_promised",
+    "_depth_hits",
+    "_depth_trials",
+)
+
+
+@pytest.mark.parametrize("k_max", [6, 64])
+def test_recorded_trials_match_the_array_version_to_the_bit(k_max: int) -> None:
+    """The decisions are made from these floats: plain Python must form every sum in the
+    order numpy did (a cell's or a depth's trials counted first and added once, a source's
+    one at a time), or a replay drifts."""
+    rng = np.random.default_rng(7)
+    config = ControlConfig(k_max=k_max)
+    stats, ref = AcceptanceStats(config), ArrayStats(config)
+    # q on and next to the bin edges as well as anywhere
+    edges = np.concatenate([Q_EDGES, np.nextafter(Q_EDGES.astype(np.float32), 0), [0.0, 1.0]])
+    rate = 0.5
+    for call in range(3000):
+        if call % 200 == 0:
+            rate = float(rng.choice([0.02, 0.5, 0.98]))  # regimes: the change test fires
+        # steps: everything decays (far at times, so sums cross powers of two often)
+        for _ in range(int(rng.choice([0, 0, 1, 1, 2, 40]))):
+            accepted = int(rng.integers(0, 4))
+            stats.record_step(accepted)
+            ref.record_step(accepted)
+        n = int(rng.choice([0, 1, 1, 2, 3, 5, 12, 64]))
+        q = np.where(rng.random(n) < 0.2, rng.choice(edges, n), rng.random(n)).astype(np.float32)
+        top = 9 if call > 1500 else 4  # later calls bring sources never seen: the arrays grow
+        sources = rng.integers(0, top + 1, n).astype(np.int8)
+        # many trials at one depth as well as a spread: a depth's count is added once
+        depth = rng.integers(1, rng.choice([2, 3, k_max + 6]), n).astype(np.int32)
+        hit = rng.random(n) < rate
+        stats.record_trials(q, sources, depth, hit)
+        ref.record_trials(q, sources, depth, hit)
+        for name in STATE:
+            mine, want = getattr(stats, name), getattr(ref, name)
+            assert mine.shape == want.shape and np.array_equal(mine, want), (call, name)
+    assert ref.resets > 10  # the change test was exercised
+
+
 # --- the controller ---------------------------------------------------------------------
 
 
@@ -586,6 +695,40 @@ def test_shadow_scorer_turns_a_declined_draft_into_trials_until_a_miss() -> None
     assert [(t.nodes.tolist(), t.hit.tolist()) for t in older] == [([2], [False])]
     assert shadow.score(Draft.empty(), [], bonus=8) == ([], None)
     assert shadow.score(Draft.empty(), [], bonus=None) == ([], None)  # no token, no trials
+
+
+def test_a_cursor_steps_through_a_tree_as_a_scan_of_its_parents_would() -> None:
+    """The cursor finds a node's unverified children in the draft's child table; a scan of
+    the parents (nodes >= start whose parent is the cursor's node) is the reference."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        parents = np.array([rng.integers(-1, i) for i in range(n)], dtype=np.int32)
+        tokens = np.zeros(n, dtype=np.int32)
+        for i in range(n):  # siblings carry distinct tokens, cousins may share them
+            taken = set(tokens[:i][parents[:i] == parents[i]].tolist())
+            tokens[i] = rng.choice([t for t in range(len(taken) + 3) if t not in taken])
+        q = np.full(n, 0.5, np.float32)
+        draft = Draft(tokens, parents, np.zeros(n, np.int8), q, q.copy())
+        draft.check()
+        start = int(rng.integers(0, n + 1))
+        node = int(rng.integers(-1, start)) if start else -1
+        cursor = _Cursor(draft, start, node)
+        for _ in range(6):
+            kids = np.flatnonzero(parents[start:] == node) + start
+            # mostly one of the children's tokens (the walk goes on), else any
+            go_on = len(kids) > 0 and rng.random() < 0.7
+            token = int(rng.choice(tokens[kids])) if go_on else int(rng.integers(0, 4))
+            found = cursor.feed(token)
+            if len(kids) == 0:
+                assert found is None
+                break
+            assert found is not None and found.nodes.dtype == np.intp
+            assert found.nodes.tolist() == kids.tolist()
+            assert found.hit.tolist() == (tokens[kids] == token).tolist()
+            if found.hit.any():
+                node = int(kids[found.hit][0])
+            assert cursor.node == node
 
 
 def test_a_wrong_guess_scored_later_lowers_calibration() -> None:
