@@ -51,13 +51,17 @@ LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
 ORACLE_METHODS: dict[str, int | None] = {"oracle": None, **{f"oracle{k}": k for k in FIXED_KS}}
 ORACLE_POLICY = "oracle_policy"
 LLAMA_METHODS: dict[str, int | None] = {"plain_llama": None, "pld2": 2, "pld10": 10}  # PLD K
-# The default with one setting of the edit source's module changed for the run (what that
-# setting adds), by name: (module attribute, its value given the module).
+# The default with settings of the edit source's module changed for the run (what they
+# add), by name: (module attribute, its value given the module) pairs.
 # prose_copies: every copy of the prompt priced as prose, code blocks too (the code prior);
-# fenced_only: code recognised only inside ``` fences (the line-based code detection)
-EDIT_VARIANTS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "prose_copies": ("CODE_COPY_PRIOR", lambda edits: edits.COPY_PRIOR),
-    "fenced_only": ("in_code", lambda edits: in_fences),
+# fenced_only: code found only inside ``` fences, and copies of prose not stopped at the end
+# of a sentence's line (the edit source before both: what they add)
+EDIT_VARIANTS: dict[str, tuple[tuple[str, Callable[[Any], Any]], ...]] = {
+    "prose_copies": (("CODE_COPY_PRIOR", lambda edits: edits.COPY_PRIOR),),
+    "fenced_only": (
+        ("in_code", lambda edits: in_fences),
+        ("prose_ends", lambda edits: lambda pieces, code: [False] * len(pieces)),
+    ),
 }
 ALL_METHODS = (
     *LOOKAHEAD_METHODS, *EDIT_VARIANTS, *ORACLE_METHODS, ORACLE_POLICY, *LLAMA_METHODS, *SERVER_METHODS,
@@ -157,20 +161,22 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
 
 
 def edit_variant_runner(model: Model, method: str) -> Runner:
-    """The default, with the edit source's module attribute of `EDIT_VARIANTS[method]` set for
-    the run (the source reads it at every draft, or at the prompt)."""
+    """The default, with the edit source's module attributes of `EDIT_VARIANTS[method]` set
+    for the run (the source reads them at every draft, or at the prompt)."""
     from lookahead.index import edits
 
-    name, value_of = EDIT_VARIANTS[method]
+    changes = EDIT_VARIANTS[method]
     inner = lookahead_runner(model, DraftConfig())
 
     def run(task: Task, max_tokens: int) -> Measurement:
-        saved = getattr(edits, name)
-        setattr(edits, name, value_of(edits))
+        saved = [(name, getattr(edits, name)) for name, _ in changes]
+        for name, value_of in changes:
+            setattr(edits, name, value_of(edits))
         try:
             return inner(task, max_tokens)  # the generation runs to its end in here
         finally:
-            setattr(edits, name, saved)
+            for name, value in saved:
+                setattr(edits, name, value)
 
     return run
 

@@ -41,3 +41,32 @@ def test_a_governed_run_records_its_thread_switches_and_a_pinned_or_exact_one_do
     pinned = lookahead_runner(StandIn(adapt_threads=False), DraftConfig())(TASK, 2)  # type: ignore[arg-type]
     exact = lookahead_runner(StandIn(adapt_threads=True), DraftConfig(exact=True))(TASK, 2)  # type: ignore[arg-type]
     assert pinned.extra == {} and exact.extra == {}
+
+
+class Seeing(StandIn):
+    """A stand-in that records what the edit source's module holds while it generates."""
+
+    def __init__(self) -> None:
+        super().__init__(adapt_threads=False)
+        self.seen: dict[str, Any] = {}
+
+    def stream(self, prompt: str, **kwargs: Any) -> list[Done]:
+        from lookahead.index import edits
+
+        self.seen = {"in_code": edits.in_code, "prose_ends": edits.prose_ends, "prior": edits.CODE_COPY_PRIOR}
+        return super().stream(prompt, **kwargs)
+
+
+def test_an_edit_variant_holds_its_settings_for_the_run_only() -> None:
+    from bench.methods import edit_variant_runner
+    from lookahead.index import codetext, edits
+
+    before = (edits.in_code, edits.prose_ends, edits.CODE_COPY_PRIOR)
+    model = Seeing()
+    edit_variant_runner(model, "fenced_only")(TASK, 2)  # type: ignore[arg-type]
+    assert model.seen["in_code"] is codetext.in_fences
+    assert model.seen["prose_ends"]([b"a.\n", b"b"], [False, False]) == [False, False]
+    assert model.seen["prior"] == before[2]
+    edit_variant_runner(model, "prose_copies")(TASK, 2)  # type: ignore[arg-type]
+    assert model.seen["prior"] == edits.COPY_PRIOR and model.seen["in_code"] is codetext.in_code
+    assert (edits.in_code, edits.prose_ends, edits.CODE_COPY_PRIOR) == before

@@ -192,3 +192,36 @@ def test_a_copy_of_unfenced_code_grows_surer_than_a_copy_of_prose():
     a, b = code.propose(6, 1)[0], prose.propose(6, 1)[0]
     assert a.tokens.tolist() == b.tokens.tolist() == body[4:10]
     assert (a.q > b.q).all()
+
+
+def test_json_data_does_not_start_code_but_a_dict_inside_code_goes_on_with_it():
+    from lookahead.index.codetext import in_code
+
+    text = b'Data:\n[\n  {\n    "a": 1\n  }\n]\nCode:\ndef f():\n    d = {\n        "x": 1,\n    }\n    return d'
+    lines = text.split(b"\n")
+    flags = in_code([line + b"\n" for line in lines])
+    assert [line for line, f in zip(lines, flags, strict=True) if f] == lines[7:]
+
+
+def test_prose_ends_at_a_sentences_line_or_a_paragraph_not_inside_code():
+    from lookahead.index.codetext import prose_ends
+
+    pieces = [b"Fix", b" it", b".\n", b"Keep", b" going\n", b"here\n", b"\n", b"x:", b"\n"]
+    code = [False] * 7 + [True, True]
+    # "it.\n" ends a sentence's line, "here\n" a paragraph; "going\n" wraps; code never ends
+    assert prose_ends(pieces, code) == [False, False, True, False, False, True, False, False, False]
+
+
+def test_a_copy_of_prose_stops_at_the_end_of_its_sentences_line():
+    """A model restating the instruction goes its own way after it: the draft stops there,
+    not 40 tokens into the code that follows."""
+    words = {1: b" Rename", 2: b" x", 3: b" to", 4: b" y", 5: b" in", 6: b" f", 7: b".\n", 8: b"```\n"}
+    token_bytes = lambda t: words.get(t, b" w%d" % t)  # noqa: E731
+    src = EditSource(token_bytes)
+    src.observe([1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 8])
+    src.observe([1, 2, 3, 4])  # the output restates the instruction
+    assert drafted(src, 10) == [5, 6, 7]
+    plain = EditSource()  # no bytes: no lines known, the copy runs on
+    plain.observe([1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 8])
+    plain.observe([1, 2, 3, 4])
+    assert drafted(plain, 10) == [5, 6, 7, 8, 20, 21, 22, 8]

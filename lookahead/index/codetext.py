@@ -27,6 +27,11 @@ _IMPORT = re.compile(rb"(from\s+[\w.]+\s+import|import\s+[\w.]+(,|\s+as\s|$))")
 # end (inside a line it separates data as often)
 _SYMBOLS = re.compile(rb"\w\(|[=\[\]{}]|->|::|;$")
 _SENTENCE_END = (b".", b"?", b"!", b":")
+# A line of JSON data (an object, or a "key": value member) does not start a block of code,
+# whatever its brackets (a report copies its values, not its lines); nor does a line of
+# brackets alone. Inside a block of code both go on with it (a dict literal's lines).
+_JSON_LINE = re.compile(rb'[\[{]*\s*"[^"]*"\s*:')
+_WORD = re.compile(rb"\w")
 _COMMENT = re.compile(rb"\s(#|//)\s.*$")  # a trailing comment is prose inside code
 # Prose that names code ("if d[key] is a list, d.close() is slow") has symbols too, but
 # most of its words are plain: more than this share of them and the line is prose.
@@ -36,7 +41,7 @@ PLAIN_WORDS = 0.5
 def looks_like_code(line: bytes) -> bool:
     """Whether one line (without its newline), outside fences, looks like code by itself."""
     body = _COMMENT.sub(b"", line.strip())
-    if not body:
+    if not body or _JSON_LINE.match(body) or not _WORD.search(body):
         return False
     words = body.split()
     plain = sum(1 for w in words if w.strip(b",.;:!?").isalpha()) / len(words)
@@ -99,5 +104,26 @@ def in_code(pieces: list[bytes]) -> list[bool]:
         while i + 1 < len(starts) and starts[i + 1] <= offset:
             i += 1
         out.append(inside or code[i])
+        offset += len(piece)
+    return out
+
+
+def prose_ends(pieces: list[bytes], code: list[bool]) -> list[bool]:
+    """Per token (its bytes) and whether it is code (`in_code`): whether it is prose holding
+    the end of a sentence's line or of a paragraph (a newline after ".", "?", "!" or ":", or
+    before a blank line). A copy of prose seldom runs on past one: a model restating the
+    instruction goes its own way after it."""
+    out: list[bool] = []
+    text = b"".join(pieces)
+    offset = 0
+    for piece, is_code in zip(pieces, code, strict=True):
+        end = False
+        if not is_code:
+            at = piece.find(b"\n")
+            while at >= 0 and not end:
+                before = text[: offset + at].rstrip(b" \t")
+                end = before.endswith(_SENTENCE_END) or text[offset + at + 1 : offset + at + 2] == b"\n"
+                at = piece.find(b"\n", at + 1)
+        out.append(end)
         offset += len(piece)
     return out

@@ -34,7 +34,10 @@ offline replay, tune set: code edits 2.13x -> 2.19x on an AVX2 EPYC's cost curve
 3.13x -> 3.37x on an AVX-512 Xeon's, where a surer copy everywhere would have cost the
 summaries 3%.) Code is a fenced block, or lines that look like code under an instruction
 (`lookahead.index.codetext`: pasted code, as in the README's example, is not fenced).
-Needs `token_bytes` to read the lines; without it every copy is prose.
+A copy of prose stops at the end of its sentence's line or paragraph: a model that restates
+the instruction goes its own way after it, and a draft run on into the code below the
+instruction was a long bet that failed. Needs `token_bytes` to read the lines; without it
+every copy is prose and runs on.
 
 Its own source tag gives it its own calibration: where the output does not copy the
 prompt (prose, summaries), its drafts fail and the controller learns to ignore them.
@@ -48,7 +51,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from lookahead.draft import SOURCE_EDIT, Candidate
-from lookahead.index.codetext import in_code
+from lookahead.index.codetext import in_code, prose_ends
 from lookahead.index.walk import int_list
 
 ALIGN = 4  # output tokens that must match the prompt to align a copy
@@ -70,6 +73,7 @@ class EditSource:
     def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
         self._token_bytes = token_bytes
         self._code: list[bool] = []  # per prompt token: inside a block of code
+        self._ends: list[bool] = []  # per prompt token: prose that ends a sentence's line
         self._prompt: list[int] = []
         self._grams: dict[tuple[int, ...], int] = {}  # prompt ALIGN-gram -> position after it
         self._out: list[int] = []  # tokens after the prompt
@@ -91,7 +95,9 @@ class EditSource:
             for i in range(ALIGN, len(toks)):
                 grams[tuple(toks[i - ALIGN : i])] = i
             if self._token_bytes is not None:
-                self._code = in_code([self._token_bytes(t) for t in toks])
+                pieces = [self._token_bytes(t) for t in toks]
+                self._code = in_code(pieces)
+                self._ends = prose_ends(pieces, self._code)
             return
         for t in toks:
             self._out.append(t)
@@ -201,7 +207,7 @@ class EditSource:
             qs.extend([Q_SUB] * len(rest))
             p += len(old)
         subs = self._subs
-        code = self._code
+        code, ends = self._code, self._ends
         while len(tokens) < max_depth and p < len(prompt):
             tok = prompt[p]
             hit = None
@@ -215,6 +221,8 @@ class EditSource:
                 prior = CODE_COPY_PRIOR if code and code[p] else COPY_PRIOR
                 qs.append(min(run / (run + prior), Q_MAX))
                 p += 1
+                if ends and ends[p - 1]:
+                    break  # a copy of prose stops at the end of its sentence's line
             else:
                 tokens.extend(hit[1])
                 qs.extend([Q_SUB] * len(hit[1]))
