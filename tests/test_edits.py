@@ -225,3 +225,28 @@ def test_a_copy_of_prose_stops_at_the_end_of_its_sentences_line():
     plain.observe([1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 8])
     plain.observe([1, 2, 3, 4])
     assert drafted(plain, 10) == [5, 6, 7, 8, 20, 21, 22, 8]
+
+
+def test_a_comment_in_code_is_prose_to_the_copy_prior():
+    from lookahead.index.codetext import in_code, in_comments
+
+    pieces = [b"Fix it.\n", b"x = 1", b" #", b" note", b" here\n", b"y", b" = f(2)\n", b"z = g('#1')", b" // c\n"]
+    code = in_code(pieces)
+    assert code == [False] + [True] * 8
+    assert in_comments(pieces, code) == [False, False, True, True, True, False, False, False, True]
+    assert in_comments([b"# a", b" note\n"], [False, False]) == [False, False]  # prose: no comment
+
+
+def test_a_copy_through_a_comment_is_priced_as_prose_and_runs_on():
+    """A summary quotes a comment and moves on, so its tokens get the prose prior; but a
+    comment ending in "." inside code is not the end of an instruction: the copy goes on."""
+    words = {1: b"Tidy", 2: b" this.\n", 3: b"x", 4: b" = f(1)", 5: b" # one", 6: b" more.\n"}
+    token_bytes = lambda t: words.get(t, b"    y%d = x\n" % t)  # noqa: E731
+    src = EditSource(token_bytes)
+    src.observe([1, 2, 3, 4, 5, 6, 10, 11, 12, 13])
+    src.observe([1, 2, 3, 4])  # aligned at the comment
+    cand = src.propose(8, 1)[0]
+    assert cand.tokens.tolist() == [5, 6, 10, 11, 12, 13]
+    q = cand.q.tolist()
+    # the comment at r / (r + 1), the code after it at r / (r + 0.5)
+    assert abs(q[0] - 0.8) < 1e-6 and abs(q[2] - 6 / 6.5) < 1e-6

@@ -127,3 +127,28 @@ def prose_ends(pieces: list[bytes], code: list[bool]) -> list[bool]:
         out.append(end)
         offset += len(piece)
     return out
+
+
+_COMMENT_START = re.compile(rb"(^|\s)(#|//)(\s|$)")
+
+
+def in_comments(pieces: list[bytes], code: list[bool]) -> list[bool]:
+    """Per token (its bytes) and whether it is code (`in_code`): whether it starts inside a
+    comment of a code line (after "# " or "// "). A comment is prose in code: a summary
+    quotes it and moves on, as it does the document's text."""
+    text = b"".join(pieces)
+    comment_at: list[tuple[int, int]] = []  # (start of a comment, end of its line)
+    offset = 0
+    for line in text.split(b"\n"):
+        m = _COMMENT_START.search(line)
+        if m is not None:
+            comment_at.append((offset + m.start(), offset + len(line)))  # its space too
+        offset += len(line) + 1
+    out: list[bool] = []
+    offset, k = 0, 0
+    for piece, is_code in zip(pieces, code, strict=True):
+        while k < len(comment_at) and comment_at[k][1] < offset:
+            k += 1
+        out.append(is_code and k < len(comment_at) and comment_at[k][0] <= offset <= comment_at[k][1])
+        offset += len(piece)
+    return out

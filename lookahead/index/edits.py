@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from lookahead.draft import SOURCE_EDIT, Candidate
-from lookahead.index.codetext import in_code, prose_ends
+from lookahead.index.codetext import in_code, in_comments, prose_ends
 from lookahead.index.walk import int_list
 
 ALIGN = 4  # output tokens that must match the prompt to align a copy
@@ -72,7 +72,7 @@ class EditSource:
 
     def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
         self._token_bytes = token_bytes
-        self._code: list[bool] = []  # per prompt token: inside a block of code
+        self._code: list[bool] = []  # per prompt token: inside a block of code, not a comment
         self._ends: list[bool] = []  # per prompt token: prose that ends a sentence's line
         self._prompt: list[int] = []
         self._grams: dict[tuple[int, ...], int] = {}  # prompt ALIGN-gram -> position after it
@@ -96,8 +96,11 @@ class EditSource:
                 grams[tuple(toks[i - ALIGN : i])] = i
             if self._token_bytes is not None:
                 pieces = [self._token_bytes(t) for t in toks]
-                self._code = in_code(pieces)
-                self._ends = prose_ends(pieces, self._code)
+                code = in_code(pieces)
+                self._ends = prose_ends(pieces, code)
+                # a comment is copied as prose is, but a copy does not stop at its end
+                comments = in_comments(pieces, code)
+                self._code = [c and not m for c, m in zip(code, comments, strict=True)]
             return
         for t in toks:
             self._out.append(t)
