@@ -2,9 +2,10 @@
 like code (pasted without fences, as users often do).
 
 The copy-through-edits source trusts a copy of code sooner than a copy of prose (see
-`lookahead.index.edits`); this tells the two apart. A wrong guess costs little: it only
-moves how fast that source's confidence grows, and the controller's calibration still
-corrects it.
+`lookahead.index.edits`); this tells the two apart, finds the comments inside code (priced
+as prose) and the ends of prose sentences' lines (where a copy of prose stops). A wrong
+guess costs little: it only moves how fast that source's confidence grows or how far one
+draft runs, and the controller's calibration still corrects it.
 """
 
 from __future__ import annotations
