@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from lookahead.control import FixedPolicy
 from lookahead.draft import Draft
 from lookahead.draft_state import DraftConfig
 from lookahead.engine import Done, Drafter, Event, GenerationConfig, Policy, Step, generate
-from lookahead.index.codetext import in_fences
+from lookahead.index.codetext import copy_kinds
 
 FIXED_KS = (1, 2, 4, 8, 16, 32)  # the fixed-K chains (and oracle chains) the speedup-vs-K chart draws
 LOOKAHEAD_METHODS: dict[str, DraftConfig] = {
@@ -58,10 +59,7 @@ LLAMA_METHODS: dict[str, int | None] = {"plain_llama": None, "pld2": 2, "pld10":
 # of a sentence's line (the edit source before both: what they add)
 EDIT_VARIANTS: dict[str, tuple[tuple[str, Callable[[Any], Any]], ...]] = {
     "prose_copies": (("CODE_COPY_PRIOR", lambda edits: edits.COPY_PRIOR),),
-    "fenced_only": (
-        ("in_code", lambda edits: in_fences),
-        ("prose_ends", lambda edits: lambda pieces, code: [False] * len(pieces)),
-    ),
+    "fenced_only": (("copy_kinds", lambda edits: partial(copy_kinds, code_lines=False, prose_stops=False)),),
 }
 ALL_METHODS = (
     *LOOKAHEAD_METHODS, *EDIT_VARIANTS, *ORACLE_METHODS, ORACLE_POLICY, *LLAMA_METHODS, *SERVER_METHODS,

@@ -53,7 +53,7 @@ class Seeing(StandIn):
     def stream(self, prompt: str, **kwargs: Any) -> list[Done]:
         from lookahead.index import edits
 
-        self.seen = {"in_code": edits.in_code, "prose_ends": edits.prose_ends, "prior": edits.CODE_COPY_PRIOR}
+        self.seen = {"copy_kinds": edits.copy_kinds, "prior": edits.CODE_COPY_PRIOR}
         return super().stream(prompt, **kwargs)
 
 
@@ -61,12 +61,14 @@ def test_an_edit_variant_holds_its_settings_for_the_run_only() -> None:
     from bench.methods import edit_variant_runner
     from lookahead.index import codetext, edits
 
-    before = (edits.in_code, edits.prose_ends, edits.CODE_COPY_PRIOR)
+    before = (edits.copy_kinds, edits.CODE_COPY_PRIOR)
+    pasted = [b"Fix it.\n", b"def f():\n", b"    return 1\n"]  # code without fences
     model = Seeing()
     edit_variant_runner(model, "fenced_only")(TASK, 2)  # type: ignore[arg-type]
-    assert model.seen["in_code"] is codetext.in_fences
-    assert model.seen["prose_ends"]([b"a.\n", b"b"], [False, False]) == [False, False]
-    assert model.seen["prior"] == before[2]
+    # code only inside fences, and no copy of prose stops
+    assert model.seen["copy_kinds"](pasted) == ([False, False, False], [False, False, False])
+    assert model.seen["prior"] == before[1]
     edit_variant_runner(model, "prose_copies")(TASK, 2)  # type: ignore[arg-type]
-    assert model.seen["prior"] == edits.COPY_PRIOR and model.seen["in_code"] is codetext.in_code
-    assert (edits.in_code, edits.prose_ends, edits.CODE_COPY_PRIOR) == before
+    assert model.seen["prior"] == edits.COPY_PRIOR and model.seen["copy_kinds"] is codetext.copy_kinds
+    assert codetext.copy_kinds(pasted) == ([False, True, True], [True, False, False])
+    assert (edits.copy_kinds, edits.CODE_COPY_PRIOR) == before

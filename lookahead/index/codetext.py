@@ -77,36 +77,49 @@ def in_fences(pieces: list[bytes]) -> list[bool]:
     return out
 
 
-def in_code(pieces: list[bytes]) -> list[bool]:
+class _Lines:
+    """The prompt's text split into lines, and the line of each token's first byte (a token
+    that starts with a newline goes with the line it ends). Built once, read by each of the
+    per-token questions below."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.text = b"".join(pieces)
+        self.lines = self.text.split(b"\n")
+        self.starts: list[int] = []  # per line: offset of its first byte
+        offset = 0
+        for line in self.lines:
+            self.starts.append(offset)
+            offset += len(line) + 1
+        self.offsets: list[int] = []  # per token: offset of its first byte
+        self.line_of: list[int] = []  # per token: its line
+        offset, i = 0, 0
+        for piece in pieces:
+            while i + 1 < len(self.starts) and self.starts[i + 1] <= offset:
+                i += 1
+            self.offsets.append(offset)
+            self.line_of.append(i)
+            offset += len(piece)
+
+
+def in_code(pieces: list[bytes], lines: _Lines | None = None) -> list[bool]:
     """Per token (its bytes), whether it starts inside a fenced block or on a line of code.
     A blank line, and an indented one, go with the line before them (a blank line or a
     docstring inside a function is code); a token that starts with a newline goes with the
     line it ends."""
     fenced = in_fences(pieces)
-    starts: list[int] = []  # per line: offset of its first byte
+    at = lines or _Lines(pieces)
     code: list[bool] = []
-    offset, before = 0, False
-    lines = b"".join(pieces).split(b"\n")
-    for line in lines:
+    before = False
+    for line in at.lines:
         # a blank line keeps the last one's kind; an indented one may go on a block of code
         indented = line.startswith((b" ", b"\t"))
-        this = before if not line.strip() else looks_like_code(line) or (before and indented)
-        starts.append(offset)
-        code.append(this)
-        before = this
-        offset += len(line) + 1
-    if all(code[i] or not line.strip() for i, line in enumerate(lines)):
+        before = before if not line.strip() else looks_like_code(line) or (before and indented)
+        code.append(before)
+    if all(c or not line.strip() for c, line in zip(code, at.lines, strict=True)):
         # code alone, with no instruction: a completion continues it rather than writing it
         # back, so only fenced code counts
         return fenced
-    out: list[bool] = []
-    offset, i = 0, 0  # i: the line of this token's first byte
-    for piece, inside in zip(pieces, fenced, strict=True):
-        while i + 1 < len(starts) and starts[i + 1] <= offset:
-            i += 1
-        out.append(inside or code[i])
-        offset += len(piece)
-    return out
+    return [inside or code[i] for inside, i in zip(fenced, at.line_of, strict=True)]
 
 
 def prose_ends(pieces: list[bytes], code: list[bool]) -> list[bool]:
@@ -114,16 +127,19 @@ def prose_ends(pieces: list[bytes], code: list[bool]) -> list[bool]:
     the end of a sentence's line or of a paragraph (a newline after ".", "?", "!" or ":", or
     before a blank line). A copy of prose seldom runs on past one: a model restating the
     instruction goes its own way after it."""
-    out: list[bool] = []
     text = b"".join(pieces)
+    out: list[bool] = []
     offset = 0
     for piece, is_code in zip(pieces, code, strict=True):
         end = False
         if not is_code:
             at = piece.find(b"\n")
             while at >= 0 and not end:
-                before = text[: offset + at].rstrip(b" \t")
-                end = before.endswith(_SENTENCE_END) or text[offset + at + 1 : offset + at + 2] == b"\n"
+                nl = offset + at
+                last = nl - 1  # the last byte before the newline that is not a space or tab
+                while last >= 0 and text[last] in b" \t":
+                    last -= 1
+                end = (last >= 0 and text[last : last + 1] in _SENTENCE_END) or text[nl + 1 : nl + 2] == b"\n"
                 at = piece.find(b"\n", at + 1)
         out.append(end)
         offset += len(piece)
@@ -133,23 +149,32 @@ def prose_ends(pieces: list[bytes], code: list[bool]) -> list[bool]:
 _COMMENT_START = re.compile(rb"(^|\s)(#|//)(\s|$)")
 
 
-def in_comments(pieces: list[bytes], code: list[bool]) -> list[bool]:
+def in_comments(pieces: list[bytes], code: list[bool], lines: _Lines | None = None) -> list[bool]:
     """Per token (its bytes) and whether it is code (`in_code`): whether it starts inside a
-    comment of a code line (after "# " or "// "). A comment is prose in code: a summary
-    quotes it and moves on, as it does the document's text."""
-    text = b"".join(pieces)
-    comment_at: list[tuple[int, int]] = []  # (start of a comment, end of its line)
-    offset = 0
-    for line in text.split(b"\n"):
+    comment of a code line (after "# " or "// ", its space included). A comment is prose in
+    code: a summary quotes it and moves on, as it does the document's text."""
+    at = lines or _Lines(pieces)
+    comment = []  # per line: offset where its comment starts (None: no comment)
+    for line, start in zip(at.lines, at.starts, strict=True):
         m = _COMMENT_START.search(line)
-        if m is not None:
-            comment_at.append((offset + m.start(), offset + len(line)))  # its space too
-        offset += len(line) + 1
+        comment.append(None if m is None else start + m.start())
     out: list[bool] = []
-    offset, k = 0, 0
-    for piece, is_code in zip(pieces, code, strict=True):
-        while k < len(comment_at) and comment_at[k][1] < offset:
-            k += 1
-        out.append(is_code and k < len(comment_at) and comment_at[k][0] <= offset <= comment_at[k][1])
-        offset += len(piece)
+    for is_code, offset, i in zip(code, at.offsets, at.line_of, strict=True):
+        c = comment[i]
+        out.append(is_code and c is not None and c <= offset)
     return out
+
+
+def copy_kinds(
+    pieces: list[bytes], *, code_lines: bool = True, prose_stops: bool = True
+) -> tuple[list[bool], list[bool]]:
+    """For the copy-through-edits source, per prompt token: whether a copy of it is priced
+    as code (in a block of code, not in a comment), and whether a copy stops after it (the
+    end of a prose sentence's line). Without `code_lines` only fenced code is code, without
+    `prose_stops` no copy stops (the bench's A/B of each)."""
+    lines = _Lines(pieces)
+    code = in_code(pieces, lines) if code_lines else in_fences(pieces)
+    ends = prose_ends(pieces, code) if prose_stops else [False] * len(pieces)
+    comments = in_comments(pieces, code, lines)
+    # a comment is copied as prose is, but a copy does not stop at its end
+    return [c and not m for c, m in zip(code, comments, strict=True)], ends

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from lookahead.draft import SOURCE_EDIT, Candidate
-from lookahead.index.codetext import in_code, in_comments, prose_ends
+from lookahead.index.codetext import copy_kinds
 from lookahead.index.walk import int_list
 
 ALIGN = 4  # output tokens that must match the prompt to align a copy
@@ -95,12 +95,7 @@ class EditSource:
             for i in range(ALIGN, len(toks)):
                 grams[tuple(toks[i - ALIGN : i])] = i
             if self._token_bytes is not None:
-                pieces = [self._token_bytes(t) for t in toks]
-                code = in_code(pieces)
-                self._ends = prose_ends(pieces, code)
-                # a comment is copied as prose is, but a copy does not stop at its end
-                comments = in_comments(pieces, code)
-                self._code = [c and not m for c, m in zip(code, comments, strict=True)]
+                self._code, self._ends = copy_kinds([self._token_bytes(t) for t in toks])
             return
         for t in toks:
             self._out.append(t)
