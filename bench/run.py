@@ -273,7 +273,7 @@ def run(
     progress = progress or _noop_progress
     try:
         tasks = load_tasks(cfg.kinds, cfg.per_kind, cfg.prompt_set)
-    except RuntimeError as e:  # the HumanEval prompts need the bench extra
+    except (RuntimeError, ValueError) as e:  # missing bench extra (HumanEval), or no prompts
         raise BenchError(str(e)) from e
     out = cfg.out or default_out(probe.cpu_model())
     runs_path = out / RUNS_FILE

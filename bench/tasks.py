@@ -293,4 +293,6 @@ def load_tasks(
     tasks: list[Task] = []
     for kind in kinds:
         tasks.extend(tasks_of(kind)[:per_kind])
+    if not tasks:  # the data and pasted sets hold one kind each
+        raise ValueError(f"the {prompt_set} set has no prompts of the kinds {', '.join(kinds) or '(none)'}")
     return tasks

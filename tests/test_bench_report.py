@@ -303,3 +303,16 @@ def test_llama_server_timings_are_parsed() -> None:
     assert (no_spec.drafted, no_spec.accepted, no_spec.steps, no_spec.tokens) == (0, 0, 3, [])
     with pytest.raises(ValueError, match="timings"):
         parse_completion({"content": "x"})
+
+
+def test_a_set_without_the_kinds_asked_stops_before_loading_a_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_load(*a: object, **k: object) -> None:
+        raise AssertionError("loaded a model for a run with no prompts")
+
+    monkeypatch.setattr(lookahead.api, "load", no_load)
+    cfg = BenchConfig(model="toy", kinds=["prose"], methods=["plain"], repeats=1, max_tokens=8,
+                      prompt_set="pasted", out=tmp_path / "out", threads=1)
+    with pytest.raises(BenchError, match="the pasted set has no prompts of the kinds prose"):
+        bench.run.run(cfg)

@@ -37,3 +37,8 @@ def test_the_pasted_set_is_the_tune_sets_code_edits_without_fence_lines(monkeypa
     # its stored plain outputs (the replay's truth) are of the same prompts
     stored = json.loads((RESULTS / "plain-qwen2.5-coder-0.5b-pasted.json").read_text())
     assert {r["task"] for r in stored["runs"]} == {t.id for t in pasted}
+
+
+def test_a_set_with_no_prompts_of_the_kinds_asked_is_an_error_not_an_empty_run() -> None:
+    with pytest.raises(ValueError, match="the pasted set has no prompts of the kinds prose"):
+        load_tasks(["prose"], prompt_set="pasted")
