@@ -271,9 +271,10 @@ def _tasks_of(kind: str) -> list[Task]:
     raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
 
 
-PROMPT_SETS = ("bench", "tune", "data", "pasted")  # tune: bench/tasks_tune.py, for tuning apart
-# from the bench; data: bench/tasks_data.py, reports with their data in many layouts (JSON,
-# CSV, YAML, ...); pasted: bench/tasks_pasted.py, the tune set's code edits without fences
+PROMPT_SETS = ("bench", "tune", "data", "pasted", "fresh")  # tune: bench/tasks_tune.py, for
+# tuning apart from the bench; data: bench/tasks_data.py, reports with their data in many
+# layouts (JSON, CSV, YAML, ...); pasted: bench/tasks_pasted.py, the tune set's code edits
+# without fences; fresh: bench/tasks_fresh.py, held out, never tuned against
 
 
 def load_tasks(
@@ -288,6 +289,8 @@ def load_tasks(
         from bench.tasks_data import tasks_of
     elif prompt_set == "pasted":
         from bench.tasks_pasted import tasks_of
+    elif prompt_set == "fresh":
+        from bench.tasks_fresh import tasks_of
     else:
         raise ValueError(f"unknown prompt set {prompt_set!r}; known: {', '.join(PROMPT_SETS)}")
     tasks: list[Task] = []
