@@ -10,7 +10,7 @@ methods on the same prompts, in a rotated order per repeat (interleaved):
     drafts@all, drafts@1   lookahead's default drafting, pinned (each with its own idle
                            cost curve, measured before the load starts)
     drafts                 lookahead's default: drafting, and the thread governor
-                           (lookahead/threads.py) choosing the count as it goes
+                           (lookahead/tuning/threads.py) choosing the count as it goes
 
 Each run starts like a new CLI process would: a fresh controller and governor. Reported:
 decode seconds (median, min-max), and per condition each method relative to plain@all.
@@ -37,10 +37,10 @@ from bench.parallel import _decode_s, run_batched, workload
 from bench.run import git_commit, machine_info
 from bench.tasks import Task
 from bench.tasks_tune import tasks_of as tune_tasks_of
-from lookahead import models
 from lookahead.api import Model, load
-from lookahead.control import CostModel
-from lookahead.draft_state import DraftConfig
+from lookahead.core.control import CostModel
+from lookahead.core.draft_state import DraftConfig
+from lookahead.models import catalog as models
 
 RESULTS = Path(__file__).parent / "results"
 METHODS = ("plain@all", "plain@1", "drafts@all", "drafts@1", "drafts")

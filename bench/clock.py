@@ -30,7 +30,7 @@ from typing import Any
 import lookahead
 from bench.run import RUNS_FILE, read_runs
 from bench.tasks import KINDS, PROMPT_SETS, load_tasks
-from lookahead.control import CostModel
+from lookahead.core.control import CostModel
 
 METHODS = ("plain", "adaptive")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from cli.main import app
+from lookahead.cli.main import app
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
+from lookahead.core.propose import Proposer
 from lookahead.index.base import DraftSource
 from lookahead.index.ngram import NgramIndex
 from lookahead.index.suffix import SuffixIndex
-from lookahead.propose import Proposer
 
 CONTEXTS = (1_000, 8_000, 32_000)
 STEPS = 400  # decoding steps timed per context

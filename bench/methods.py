@@ -27,10 +27,10 @@ from bench.llama_server import SERVER_METHODS, LlamaServerMethods
 from bench.oracle import OracleDrafter, OraclePolicy
 from bench.tasks import Task
 from lookahead.api import Model
-from lookahead.control import FixedPolicy
-from lookahead.draft import Draft
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Drafter, Event, GenerationConfig, Policy, Step, generate
+from lookahead.core.control import FixedPolicy
+from lookahead.core.draft import Draft
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Drafter, Event, GenerationConfig, Policy, Step, generate
 from lookahead.index.codetext import copy_kinds
 
 FIXED_KS = (1, 2, 4, 8, 16, 32)  # the fixed-K chains (and oracle chains) the speedup-vs-K chart draws

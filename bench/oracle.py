@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from lookahead.draft import SOURCE_PREDICTION, Draft
+from lookahead.core.draft import SOURCE_PREDICTION, Draft
 
 NextToken = Callable[[int], int | None]  # the output token `offset` places ahead, or None if unknown
 

@@ -37,14 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.tasks import Task, load_tasks
-from lookahead import models
 from lookahead.api import Model, load
 from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import LlamaSlots
-from lookahead.control import CostModel
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Step
-from lookahead.multi import batching_bound
+from lookahead.core.control import CostModel
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Step
+from lookahead.core.multi import batching_bound
+from lookahead.models import catalog as models
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent

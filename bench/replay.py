@@ -34,10 +34,10 @@ from bench.oracle import best_prefix
 from bench.run import RUNS_FILE, read_runs
 from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
 from lookahead.backend.llama import BackendConfig
-from lookahead.control import Controller, CostModel
-from lookahead.draft import Draft
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, GenerationConfig, generate
+from lookahead.core.control import Controller, CostModel
+from lookahead.core.draft import Draft
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, GenerationConfig, generate
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -39,8 +39,8 @@ from bench.methods import (
     needs_truth,
 )
 from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
-from lookahead import models
 from lookahead.errors import UserError
+from lookahead.models import catalog as models
 from lookahead.progress import Progress
 
 RESULTS = Path(__file__).parent / "results"
@@ -211,8 +211,8 @@ def git_commit() -> str | None:
 
 def machine_info(threads: int) -> dict[str, Any]:
     """What the numbers depend on: CPU, cores, threads, library versions, llama.cpp build."""
+    from lookahead.apps.doctor import machine_info as doctor_machine
     from lookahead.backend.llama import build_info, system_info
-    from lookahead.doctor import machine_info as doctor_machine
 
     info = {k: v for k, v in doctor_machine().items() if k != "flags"}
     versions: dict[str, str | None] = {}
@@ -264,9 +264,9 @@ def run(
     from bench import report
     from bench.methods import build_runners
     from lookahead.api import load
+    from lookahead.apps.doctor import cost_curve
     from lookahead.backend import probe
     from lookahead.backend.llama import BackendConfig, default_threads
-    from lookahead.doctor import cost_curve
 
     cfg = config.resolved()
     assert cfg.kinds and cfg.methods and cfg.repeats and cfg.max_tokens

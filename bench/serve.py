@@ -38,9 +38,9 @@ from typing import Any
 import httpx
 
 from bench.tasks import load_tasks
-from lookahead import models
 from lookahead.api import load
 from lookahead.backend.llama import BackendConfig
+from lookahead.models import catalog as models
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
 

@@ -34,17 +34,17 @@ from typing import Any
 
 from bench.tasks import load_tasks
 from bench.tasks_tune import tasks_of as tune_tasks_of
-from lookahead import models
 from lookahead.api import Model, load
+from lookahead.apps.codestop import language_of
+from lookahead.apps.complete import Cursor, Split, completion_prompt, stream_completion
+from lookahead.apps.report import build_report
 from lookahead.backend.llama import BackendConfig
-from lookahead.codestop import language_of
-from lookahead.complete import Cursor, Split, completion_prompt, stream_completion
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Result
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Result
+from lookahead.core.sampling import SamplingConfig
 from lookahead.index.corpus import CorpusIndex
 from lookahead.index.ignore import GitIgnore
-from lookahead.report import build_report
-from lookahead.sampling import SamplingConfig
+from lookahead.models import catalog as models
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"

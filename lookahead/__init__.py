@@ -21,11 +21,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "DraftConfig":
-        from lookahead.draft_state import DraftConfig
+        from lookahead.core.draft_state import DraftConfig
 
         return DraftConfig
     if name == "SamplingConfig":
-        from lookahead.sampling import SamplingConfig
+        from lookahead.core.sampling import SamplingConfig
 
         return SamplingConfig
     raise AttributeError(f"module 'lookahead' has no attribute {name!r}")

@@ -15,19 +15,20 @@ from pathlib import Path
 
 import numpy as np
 
-from lookahead import gguf, models
 from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.backend.slots import LlamaSlots
-from lookahead.control import CostModel
-from lookahead.cpuload import CpuLoad, cpu_load
-from lookahead.draft_state import DraftConfig, DraftState
-from lookahead.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
-from lookahead.exactness import exact_batch_limit
+from lookahead.core.control import CostModel
+from lookahead.core.draft_state import DraftConfig, DraftState
+from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
+from lookahead.core.exactness import exact_batch_limit
+from lookahead.core.multi import Batch, Request
+from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
-from lookahead.multi import Batch, Request
-from lookahead.sampling import SamplingConfig
-from lookahead.threads import BatchThreads, ThreadCosts, ThreadGovernor
+from lookahead.models import catalog as models
+from lookahead.models import gguf
+from lookahead.tuning.cpuload import CpuLoad, cpu_load
+from lookahead.tuning.threads import BatchThreads, ThreadCosts, ThreadGovernor
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 
@@ -69,7 +70,7 @@ _SELFTEST_TEXT = (
 
 class Model:
     """A loaded model with one context; generations run one at a time (`generate_many` and
-    `add_to` run several together in a context of their own, see `lookahead.multi`)."""
+    `add_to` run several together in a context of their own, see `lookahead.core.multi`)."""
 
     def __init__(
         self,
@@ -91,10 +92,10 @@ class Model:
         )
         self._cost_ready = False
         # a busy machine: fewer threads while that is faster (only when the thread count
-        # was left to us; see lookahead/threads.py). Set False to pin the count.
+        # was left to us; see lookahead/tuning/threads.py). Set False to pin the count.
         self.adapt_threads = backend.config.n_threads == 0
         self.governor: ThreadGovernor | None = None
-        # the kernel's count of other processes' CPU time (lookahead/cpuload.py), read since
+        # the kernel's count of other processes' CPU time (lookahead/tuning/cpuload.py), read since
         # `load` began (None: unreadable here, or the thread count is pinned)
         self.cpu = (cpu or cpu_load()) if self.adapt_threads else None
         # the calibrated t(n), idle, full thread count: sizes and seconds, for interpolation
@@ -289,7 +290,7 @@ class Model:
         draft: DraftConfig | None = None,
         sources: Sequence[DraftSource] = (),
     ) -> Request:
-        """Queue one generation on `batch` (see `lookahead.multi`), with the drafter and
+        """Queue one generation on `batch` (see `lookahead.core.multi`), with the drafter and
         policy `stream` would build for it alone. `draft.exact`'s batch-size cap is not
         applied: bit-identity is claimed for one request at a time only."""
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead import models
+from lookahead.models import catalog as models
 
 
 @pytest.fixture(scope="session")

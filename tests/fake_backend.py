@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from lookahead.backend.tree_layout import TreeLayout
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
+from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError
-from lookahead.tokens import TokenArray
 
 
 class FakeModel:

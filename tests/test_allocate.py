@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.allocate import Offer, allocate, fair_shares
-from lookahead.control import CostModel
+from lookahead.core.allocate import Offer, allocate, fair_shares
+from lookahead.core.control import CostModel
 
 # t(n) / t(1) on a 2-vCPU CPU: a batch of 4 costs 2.4 one-token steps
 COST = CostModel({1: 1.0, 2: 1.8, 4: 2.4, 8: 4.0, 16: 6.0, 32: 10.5, 64: 19.0})

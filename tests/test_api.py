@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead.engine import GenerationError
+from lookahead.core.engine import GenerationError
 
 
 @pytest.mark.model
@@ -81,7 +81,7 @@ def test_a_small_n_batch_cuts_drafts_instead_of_failing(smol_path) -> None:  # t
     draft nodes, and the output is still plain greedy decoding's."""
     from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
-    from lookahead.draft_state import DraftConfig
+    from lookahead.core.draft_state import DraftConfig
 
     model = load(smol_path, backend=BackendConfig(n_ctx=512, n_batch=8, n_threads=1), probe_backend=False)
     try:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from lookahead.backend.llama import BackendConfig, LlamaBackend
-from lookahead.draft import Draft
-from lookahead.exactness import exact_batch_limit
+from lookahead.core.draft import Draft
+from lookahead.core.exactness import exact_batch_limit
 
 pytestmark = pytest.mark.model
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import cli.bench_cmd
 import lookahead.api
+import lookahead.cli.bench_cmd
 from bench import report
 from bench.run import read_runs
-from cli.main import app
+from lookahead.cli.main import app
 from tests.test_cli import assert_cli_error
 
 runner = CliRunner()
@@ -40,12 +40,12 @@ def test_bad_options_fail_before_loading(args: list[str], needle: str, monkeypat
 
 
 def test_without_a_checkout_it_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli.bench_cmd, "checkout_root", lambda: None)
+    monkeypatch.setattr(lookahead.cli.bench_cmd, "checkout_root", lambda: None)
     assert_cli_error(runner.invoke(app, ["bench", "--quick"]), "source checkout", "pip install -e '.[bench]'")
 
 
 def test_the_command_line_is_recorded_without_defaults() -> None:
-    line = cli.bench_cmd.command_line(
+    line = lookahead.cli.bench_cmd.command_line(
         dict(model="m", kinds=["a", "b"], methods=None, repeats=2, quick=True, resume=False, prompt_set="bench",
              threads=0, out=Path("o"))
     )  # fmt: skip

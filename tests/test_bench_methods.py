@@ -7,8 +7,8 @@ from typing import Any
 
 from bench.methods import lookahead_runner
 from bench.tasks import Task
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Result, Stats
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Result, Stats
 
 TASK = Task("code_edit/x", "code_edit", "rename x")
 

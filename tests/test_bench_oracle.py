@@ -7,8 +7,8 @@ import math
 import pytest
 
 from bench.oracle import OracleDrafter, OraclePolicy
-from lookahead.control import FixedPolicy
-from lookahead.engine import Done, GenerationConfig, Step, generate
+from lookahead.core.control import FixedPolicy
+from lookahead.core.engine import Done, GenerationConfig, Step, generate
 from tests.fake_backend import FakeModel
 
 PROMPT = [1, 2, 3, 0, 2]
@@ -75,7 +75,7 @@ def test_oracle_policy_verifies_only_the_right_prefix_of_a_wrong_draft() -> None
     drafter = OracleDrafter(truth)
     drafter.observe([1])  # the prompt
     policy = OraclePolicy(drafter.next_token, lambda n: 1.0 + 0.01 * n)  # cheap batches: verify all right ones
-    from lookahead.draft import Draft
+    from lookahead.core.draft import Draft
 
     assert policy.choose(Draft.chain([7, 8, 5, 10])) == 2
     assert policy.choose(Draft.chain([6, 8])) == 0

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import cli.generate_cmd
 import lookahead.api
-from cli.generate_cmd import json_summary
-from cli.main import app
-from lookahead.engine import Result, Stats
+import lookahead.cli.generate_cmd
+from lookahead.cli.generate_cmd import json_summary
+from lookahead.cli.main import app
+from lookahead.core.engine import Result, Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -51,9 +51,9 @@ def invoke(args: Sequence[str], **kwargs: Any) -> Any:
 
 
 def run_cli(args: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`python -m cli.main ARGS` in a fresh interpreter, stdin closed."""
+    """`python -m lookahead.cli.main ARGS` in a fresh interpreter, stdin closed."""
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "lookahead.cli.main", *args],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -87,7 +87,7 @@ def no_load(monkeypatch: pytest.MonkeyPatch) -> None:
     def trap(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was loaded before the input was validated")
 
-    monkeypatch.setattr(cli.generate_cmd, "load", trap)
+    monkeypatch.setattr(lookahead.cli.generate_cmd, "load", trap)
 
 
 @pytest.fixture
@@ -214,7 +214,7 @@ def test_unknown_model_name(no_llama: None, monkeypatch: pytest.MonkeyPatch) -> 
     def no_download(*args: object, **kwargs: object) -> None:
         raise AssertionError("tried to download an unknown model")
 
-    monkeypatch.setattr("lookahead.models._pip_download", no_download)
+    monkeypatch.setattr("lookahead.models.catalog._pip_download", no_download)
     result = invoke(["generate", "hi", "--model", "no-such-model"])
     assert_cli_error(result, "unknown model 'no-such-model'", "smollm2-135m")
 
@@ -406,7 +406,7 @@ def test_a_bug_shows_its_traceback_and_asks_for_a_report(
     def broken(**kwargs: object) -> None:
         raise exc
 
-    monkeypatch.setattr(cli.generate_cmd, "run_generate", broken)
+    monkeypatch.setattr(lookahead.cli.generate_cmd, "run_generate", broken)
     result = invoke(["generate", "def f():"])
     assert result.exit_code == 2, result.output
     assert "Traceback" in result.stderr and "boom" in result.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead.codestop import BRACES, PYTHON, CodeStop, finish, head_of, language_of
+from lookahead.apps.codestop import BRACES, PYTHON, CodeStop, finish, head_of, language_of
 
 
 def streamed(stop: CodeStop, completion: str) -> str:

@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-import cli.complete_cmd
-import cli.generate_cmd
 import lookahead.api
-from lookahead import models
-from lookahead.complete import (
+import lookahead.cli.complete_cmd
+import lookahead.cli.generate_cmd
+from lookahead.apps.complete import (
     CompletionPrompt,
     Cursor,
     Split,
@@ -26,6 +25,7 @@ from lookahead.complete import (
 )
 from lookahead.errors import BackendError, UserError
 from lookahead.index.corpus import CorpusIndex
+from lookahead.models import catalog as models
 from tests.test_cli import JSON_KEYS, assert_cli_error, invoke, no_load, on  # noqa: F401 (a fixture)
 
 SOURCE = '''import math
@@ -57,9 +57,9 @@ def no_model(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """Fail if the command reads the model (weights or vocabulary) before checking input:
     `no_load`'s trap (test_cli), set on the vocabulary and the name lookup too."""
     request.getfixturevalue("no_load")
-    trap = cli.generate_cmd.load
-    monkeypatch.setattr(cli.generate_cmd, "resolve_model", trap)
-    monkeypatch.setattr(cli.complete_cmd, "LlamaVocab", trap)
+    trap = lookahead.cli.generate_cmd.load
+    monkeypatch.setattr(lookahead.cli.generate_cmd, "resolve_model", trap)
+    monkeypatch.setattr(lookahead.cli.complete_cmd, "LlamaVocab", trap)
 
 
 # ---- the cursor --------------------------------------------------------------------------
@@ -250,9 +250,9 @@ def test_unknown_model(src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def trap(*args: object, **kwargs: object) -> None:
         raise AssertionError("tried to download or load")
 
-    monkeypatch.setattr("lookahead.models._pip_download", trap)
+    monkeypatch.setattr("lookahead.models.catalog._pip_download", trap)
     monkeypatch.setattr(lookahead.api, "LlamaBackend", trap)
-    monkeypatch.setattr(cli.complete_cmd, "LlamaVocab", trap)
+    monkeypatch.setattr(lookahead.cli.complete_cmd, "LlamaVocab", trap)
     assert_cli_error(invoke(["complete", str(src), "--model", "no-such-model"]), "unknown model 'no-such-model'")
 
 
@@ -325,14 +325,14 @@ def test_write_leaves_the_file_intact_when_generation_fails(
     smol_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, exit_code: int
 ) -> None:
     before = src.read_bytes()
-    real = cli.complete_cmd.stream_completion
+    real = lookahead.cli.complete_cmd.stream_completion
 
     def failing(*args: Any, **kwargs: Any) -> Iterator[Any]:
         events = real(*args, **kwargs)
         yield next(events)  # some text has come ...
         raise error  # ... and then generation fails
 
-    monkeypatch.setattr(cli.complete_cmd, "stream_completion", failing)
+    monkeypatch.setattr(lookahead.cli.complete_cmd, "stream_completion", failing)
     result = invoke(["complete", str(src), *on(smol_path), "-n", "16", "--no-context", "--write"])
     assert result.exit_code == exit_code
     assert src.read_bytes() == before
@@ -354,14 +354,14 @@ def test_context_drafts_from_the_repository_without_its_ignored_files(
     path.write_text(SOURCE, encoding="utf-8")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a fresh corpus cache
     seen: list[CorpusIndex] = []
-    real = cli.complete_cmd.context_corpus
+    real = lookahead.cli.complete_cmd.context_corpus
 
     def spy(*args: Any, **kwargs: Any) -> CorpusIndex:
         index = real(*args, **kwargs)
         seen.append(index)
         return index
 
-    monkeypatch.setattr(cli.complete_cmd, "context_corpus", spy)
+    monkeypatch.setattr(lookahead.cli.complete_cmd, "context_corpus", spy)
     # the default: the file's git repository
     check_json(complete_json([str(path), *on(smol_path), "-n", "16"]))
     assert seen and seen[-1].files == ("repo/util.py",)  # not ignored files, not the file itself

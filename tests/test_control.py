@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from lookahead.control import (
+from lookahead.core.control import (
     CHANGE_KEEP,
     CHANGE_NATS,
     CHANGE_SHIFT,
@@ -31,9 +31,9 @@ from lookahead.control import (
     path_probs,
     simulate,
 )
-from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
-from lookahead.draft_state import MAX_BUDGET, DraftConfig
-from lookahead.engine import Policy
+from lookahead.core.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
+from lookahead.core.draft_state import MAX_BUDGET, DraftConfig
+from lookahead.core.engine import Policy
 from lookahead.errors import ConfigError
 
 T1 = 0.02  # seconds of a one-token decode in these traces

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.draft import SOURCE_CORPUS
+from lookahead.core.draft import SOURCE_CORPUS
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusError, CorpusIndex, CorpusParams
 from lookahead.index.corpus_build import tables_to_arrays
 from lookahead.index.corpus_files import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lookahead.draft import SOURCE_EDIT
+from lookahead.core.draft import SOURCE_EDIT
 from lookahead.index.edits import EditSource
 
 # A "function" as tokens: 7 stands for the old name, 70 for the new one.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
-from lookahead.draft import Draft
-from lookahead.engine import (
+from lookahead.core.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.core.draft import Draft
+from lookahead.core.engine import (
     Done,
     Drafter,
     GenerationConfig,
@@ -16,8 +16,8 @@ from lookahead.engine import (
     Step,
     generate,
 )
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import BackendError
-from lookahead.sampling import SamplingConfig
 from tests.fake_backend import FakeModel, OracleDrafter, TreeDrafter
 
 PROMPT = [1, 2]

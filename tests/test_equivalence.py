@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead.draft_state import DraftConfig
-from lookahead.sampling import SamplingConfig
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.sampling import SamplingConfig
 
 pytestmark = pytest.mark.model
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from lookahead.core.exactness import exact_batch_limit
 from lookahead.errors import BackendError
-from lookahead.exactness import exact_batch_limit
 from tests.fake_backend import FakeModel
 
 TOKENS = [1, 2, 3, 0, 2, 1, 3, 3, 0, 1] * 4

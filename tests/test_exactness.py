@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from lookahead.control import FixedPolicy
-from lookahead.engine import Done, GenerationConfig, generate
-from lookahead.sampling import SamplingConfig
+from lookahead.core.control import FixedPolicy
+from lookahead.core.engine import Done, GenerationConfig, generate
+from lookahead.core.sampling import SamplingConfig
 from tests.fake_backend import FakeModel, OracleDrafter, TreeDrafter
 
 PROMPT = [1, 2]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lookahead.gguf import check_gguf
-from lookahead.models import ModelError
+from lookahead.models.catalog import ModelError
+from lookahead.models.gguf import check_gguf
 
 
 def gguf_string(text: str) -> bytes:

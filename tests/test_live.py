@@ -1,4 +1,4 @@
-"""The live view (`cli/live.py`): its pieces without a model, `show` over made-up events,
+"""The live view (`lookahead/cli/live.py`): its pieces without a model, `show` over made-up events,
 and `generate --live` / `report --live` on a pseudo-terminal with SmolLM2."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import typer
 from rich.console import Console
 
-from cli.live import LiveInfo, Tally, histogram, show, sparkline, speedup, split_step_text, summary_line
-from lookahead.engine import Done, Event, Result, Stats, Step
+from lookahead.cli.live import LiveInfo, Tally, histogram, show, sparkline, speedup, split_step_text, summary_line
+from lookahead.core.engine import Done, Event, Result, Stats, Step
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,7 +161,7 @@ COUNT = "Count from 1 to 200, separated by commas: 1, 2, 3, 4,"
 
 
 def run_on_pty(args: list[str], interrupt_after: float | None = None, timeout: float = 240) -> tuple[int, str]:
-    """`python -m cli.main ARGS` with stdout and stderr on a pty (100 x 40); with
+    """`python -m lookahead.cli.main ARGS` with stdout and stderr on a pty (100 x 40); with
     `interrupt_after`, SIGINT that long after the live view first shows. Returns the exit
     code and everything written."""
     master, slave = pty.openpty()
@@ -169,7 +169,7 @@ def run_on_pty(args: list[str], interrupt_after: float | None = None, timeout: f
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "40"}
     env.pop("NO_COLOR", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "lookahead.cli.main", *args],
         cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
     )  # fmt: skip
     os.close(slave)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lookahead.draft import SOURCE_SHARED
+from lookahead.core.draft import SOURCE_SHARED
 from lookahead.server.memory import SharedIndex, partition_of
 
 DOC = list(range(10, 60))

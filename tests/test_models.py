@@ -23,9 +23,9 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cli.models_cmd import _RichProgress, models_app
-from lookahead import models
-from lookahead.models import ModelError, ModelSpec, Part
+from lookahead.cli.models_cmd import _RichProgress, models_app
+from lookahead.models import catalog as models
+from lookahead.models.catalog import ModelError, ModelSpec, Part
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = "fake-model"

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
-from lookahead.engine import Done, GenerationConfig, GenerationError, Result, Step, generate
-from lookahead.multi import Batch, run_batch
-from lookahead.sampling import SamplingConfig
+from lookahead.core.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.core.engine import Done, GenerationConfig, GenerationError, Result, Step, generate
+from lookahead.core.multi import Batch, run_batch
+from lookahead.core.sampling import SamplingConfig
 from tests.fake_backend import FakeModel, FakeMultiModel, TreeDrafter
 
 VOCAB = 16
@@ -190,7 +190,7 @@ def test_kv_cells_never_leak_nor_overflow(plan, slots) -> None:  # type: ignore[
 
 
 def test_the_default_parallel_is_the_largest_n_up_to_4_that_pays() -> None:
-    from lookahead.multi import batching_bound, default_parallel
+    from lookahead.core.multi import batching_bound, default_parallel
 
     shape = {1: 1.0, 2: 1.8, 3: 2.2, 4: 2.4, 8: 4.0}
     assert default_parallel(CostModel(shape, prior=shape)) == 4
@@ -226,7 +226,7 @@ class ClockedMulti(FakeMultiModel):
 
 @pytest.mark.parametrize("loaded", [False, True])
 def test_a_batched_loop_under_load_moves_to_the_faster_thread_count(loaded: bool) -> None:
-    from lookahead.threads import BatchThreads, ThreadGovernor
+    from lookahead.tuning.threads import BatchThreads, ThreadGovernor
 
     # under load two threads run 3x slower than idle and one thread 1.5x; idle, one thread
     # is 1.7x slower than two
@@ -252,7 +252,7 @@ def test_a_batched_loop_under_load_moves_to_the_faster_thread_count(loaded: bool
 
 
 def test_a_batched_loop_starts_at_the_count_the_cpu_probe_fits() -> None:
-    from lookahead.threads import BatchThreads, ThreadGovernor
+    from lookahead.tuning.threads import BatchThreads, ThreadGovernor
 
     class Loaded:  # the kernel's view: one other process holds one of our two CPUs
         cpus = 2

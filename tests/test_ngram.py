@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.draft import SOURCE_NGRAM
+from lookahead.core.draft import SOURCE_NGRAM
 from lookahead.index.ngram import NgramIndex
 from tests.streams import feed_in_chunks, same_ranking
 

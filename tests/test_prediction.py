@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead.draft import SOURCE_PREDICTION
+from lookahead.core.draft import SOURCE_PREDICTION
 from lookahead.index.prediction import Q_START, PredictionIndex
 
 PRED = list(range(100, 140))  # 40 distinct tokens

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Candidate, Draft
+from lookahead.core.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Candidate, Draft
+from lookahead.core.propose import Proposer, build_tree
 from lookahead.index.ngram import NgramIndex
 from lookahead.index.suffix import SuffixIndex
-from lookahead.propose import Proposer, build_tree
 
 
 def cand(tokens: list[int], q: list[float], source: int = SOURCE_NGRAM) -> Candidate:
@@ -149,7 +149,7 @@ def test_proposer_fans_out_and_drafts_the_repeat() -> None:
 
 
 def test_prefix_keeps_depths_and_children() -> None:
-    from lookahead.draft import Draft
+    from lookahead.core.draft import Draft
 
     tree = Draft(
         np.array([5, 6, 7, 8], np.int32),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bench.replay import TruthVerifier, oracle_choice
-from lookahead.control import ControlConfig, Controller, CostModel
-from lookahead.engine import Done, GenerationConfig, generate
+from lookahead.core.control import ControlConfig, Controller, CostModel
+from lookahead.core.engine import Done, GenerationConfig, generate
+from lookahead.core.propose import Proposer
 from lookahead.index.suffix import SuffixIndex
-from lookahead.propose import Proposer
 
 TRUTH = [5, 6, 7, 8, 9] * 12 + [3, 4]
 PROMPT = [1, 2] + [5, 6, 7, 8, 9] * 3

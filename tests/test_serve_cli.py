@@ -16,8 +16,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-import cli.serve_cmd
-from cli.main import app
+import lookahead.cli.serve_cmd
+from lookahead.cli.main import app
 from lookahead.server.background import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
     def trap(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was resolved before the input was checked")
 
-    monkeypatch.setattr(cli.serve_cmd, "resolve_model", trap)
+    monkeypatch.setattr(lookahead.cli.serve_cmd, "resolve_model", trap)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle
 
 def test_fair_reaches_the_batch_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
-    monkeypatch.setattr(cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(lookahead.cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
     for args, fair in ((["--parallel", "4", "--fair"], True), (["--parallel", "4"], False)):
         assert runner.invoke(app, ["serve", *args]).exit_code == 0
         assert seen["draft"].fair is fair and seen["parallel"] == 4
@@ -88,13 +88,13 @@ def test_a_port_in_use(no_serve: None) -> None:
 def test_keys_from_flag_and_file(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("# team keys\nalpha\n\nbeta\nalpha\n")
-    assert cli.serve_cmd.read_keys("gamma", keys) == ("gamma", "alpha", "beta")
-    assert cli.serve_cmd.read_keys(None, None) == ()
+    assert lookahead.cli.serve_cmd.read_keys("gamma", keys) == ("gamma", "alpha", "beta")
+    assert lookahead.cli.serve_cmd.read_keys(None, None) == ()
 
 
 def test_loopback_is_told_apart() -> None:
-    assert all(map(cli.serve_cmd.is_loopback, ["127.0.0.1", "localhost", "::1", "127.0.0.2"]))
-    assert not any(map(cli.serve_cmd.is_loopback, ["0.0.0.0", "192.168.1.10", "example.org"]))
+    assert all(map(lookahead.cli.serve_cmd.is_loopback, ["127.0.0.1", "localhost", "::1", "127.0.0.2"]))
+    assert not any(map(lookahead.cli.serve_cmd.is_loopback, ["0.0.0.0", "192.168.1.10", "example.org"]))
 
 
 @pytest.mark.model
@@ -102,7 +102,7 @@ def test_a_real_server_answers_and_shuts_down_on_sigterm(smol_path: Path, tmp_pa
     port = free_port()
     index = tmp_path / "shared.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--model", str(smol_path), "--port", str(port),
+        [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
          "--threads", "1", "--index-file", str(index), "--log-level", "warning"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

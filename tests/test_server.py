@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lookahead.draft_state import DraftConfig
-from lookahead.sampling import SamplingConfig
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.sampling import SamplingConfig
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
 

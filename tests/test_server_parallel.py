@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lookahead.draft_state import DraftConfig
+from lookahead.core.draft_state import DraftConfig
 from lookahead.server import ServeConfig
 from lookahead.server.background import serving
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lookahead.control import FixedPolicy
-from lookahead.draft import Draft
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, GenerationConfig
+from lookahead.core.control import FixedPolicy
+from lookahead.core.draft import Draft
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, GenerationConfig
 
 pytestmark = pytest.mark.model
 
@@ -36,7 +36,7 @@ NEAR_TIE = 0.3
 
 def run_together(model: Any, drafts: bool) -> tuple[dict[str, list[int]], list[int]]:
     from lookahead.backend.slots import LlamaSlots
-    from lookahead.multi import Batch
+    from lookahead.core.multi import Batch
 
     slots = LlamaSlots(model.backend, 4)
     try:

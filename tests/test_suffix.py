@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.draft import SOURCE_SUFFIX
+from lookahead.core.draft import SOURCE_SUFFIX
 from lookahead.index.suffix import SuffixIndex
 from tests.streams import feed_in_chunks, same_ranking
 

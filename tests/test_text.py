@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.text import TextStream
+from lookahead.core.text import TextStream
 
 
 @given(st.text(), st.lists(st.integers(min_value=1, max_value=7), max_size=50))

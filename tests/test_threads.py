@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from lookahead.cpuload import CpuLoad, Reading, proc_reader
-from lookahead.threads import PROBE_EVERY, ThreadGovernor, candidates
+from lookahead.tuning.cpuload import CpuLoad, Reading, proc_reader
+from lookahead.tuning.threads import PROBE_EVERY, ThreadGovernor, candidates
 
 
 def idle(n: int) -> float:

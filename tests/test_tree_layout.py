@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead.backend.tree_layout import TreeLayout
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
 from lookahead.errors import BackendError
 
 

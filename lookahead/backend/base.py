@@ -11,8 +11,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from lookahead.draft import Draft
-from lookahead.tokens import TokenArray
+from lookahead.core.draft import Draft
+from lookahead.core.tokens import TokenArray
 
 Logits = npt.NDArray[np.float32]
 

@@ -49,9 +49,9 @@ import numpy as np
 
 from lookahead.backend.base import Logits
 from lookahead.backend.tree_layout import TreeLayout
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
+from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, ConfigError
-from lookahead.tokens import TokenArray
 
 
 @dataclass(frozen=True)

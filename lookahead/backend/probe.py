@@ -388,7 +388,7 @@ def _child(path: str, name: str, threads: int) -> dict[str, Any]:
     import numpy as np
 
     from lookahead.backend.llama import BackendConfig, LlamaBackend
-    from lookahead.draft import Draft
+    from lookahead.core.draft import Draft
 
     cand = next(c for c in CANDIDATES if c.name == name)
     fault = _fault_for(name)

@@ -28,9 +28,9 @@ import numpy as np
 from lookahead.backend.base import LogitRows
 from lookahead.backend.llama import KVContext, LlamaBackend, _Batch
 from lookahead.backend.tree_layout import TreeLayout
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
+from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, ConfigError
-from lookahead.tokens import TokenArray
 
 # llama.cpp refuses more sequence ids than this in one context (LLAMA_MAX_SEQ in older
 # builds; newer ones allow more, this is the safe bound).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
 from lookahead.errors import BackendError
 
 

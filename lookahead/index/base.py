@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from lookahead.draft import Candidate
+from lookahead.core.draft import Candidate
 
 
 class DraftSource(Protocol):
@@ -16,7 +16,7 @@ class DraftSource(Protocol):
     end of the stream, so a step costs the same at 1k or 32k tokens of context.
     """
 
-    source: int  # tag from lookahead.draft (SOURCE_NGRAM, ...)
+    source: int  # tag from lookahead.core.draft (SOURCE_NGRAM, ...)
 
     def observe(self, tokens: Iterable[int]) -> None:
         """Append `tokens` (prompt or accepted output) to the stream."""

@@ -61,7 +61,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lookahead.draft import SOURCE_CORPUS, Candidate
+from lookahead.core.draft import SOURCE_CORPUS, Candidate
+from lookahead.core.tokens import TokenArray
 from lookahead.index.corpus_build import (
     MAX_TOKEN,
     CorpusTables,
@@ -84,7 +85,6 @@ from lookahead.index.corpus_files import (
 )
 from lookahead.index.walk import best_paths, int_list
 from lookahead.progress import Progress
-from lookahead.tokens import TokenArray
 
 __all__ = ["SHIPPED_CORPORA", "CorpusError", "CorpusIndex", "CorpusParams"]
 

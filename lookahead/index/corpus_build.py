@@ -32,8 +32,8 @@ import ahocorasick
 import numpy as np
 import numpy.typing as npt
 
+from lookahead.core.tokens import TokenArray
 from lookahead.progress import Progress
-from lookahead.tokens import TokenArray
 
 MAX_TOKEN = 0x110000  # a token is one str character in the automaton's keys
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from lookahead.draft import SOURCE_EDIT, Candidate
+from lookahead.core.draft import SOURCE_EDIT, Candidate
 from lookahead.index.codetext import copy_kinds
 from lookahead.index.walk import int_list
 

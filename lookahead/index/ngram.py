@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from lookahead.draft import SOURCE_NGRAM, Candidate
+from lookahead.core.draft import SOURCE_NGRAM, Candidate
+from lookahead.core.tokens import TokenArray
 from lookahead.index.walk import best_paths, int_list
-from lookahead.tokens import TokenArray
 
 # A follower's statistics packed in one int: (count << 32) | last position. Comparing the
 # packed values ranks followers by count, then by recency; a position fits in 32 bits.

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from lookahead.draft import SOURCE_PREDICTION, Candidate
+from lookahead.core.draft import SOURCE_PREDICTION, Candidate
 from lookahead.index.walk import int_list
 
 # lengths of the output's tail looked up in the prediction to re-align after an edit

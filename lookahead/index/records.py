@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from lookahead.draft import SOURCE_RECORD, Candidate
+from lookahead.core.draft import SOURCE_RECORD, Candidate
 from lookahead.index.datablock import DataBlock, FormKey, Kind, TokenText, parse_data_block
 from lookahead.index.walk import int_list
 

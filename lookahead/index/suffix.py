@@ -41,9 +41,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from lookahead.draft import SOURCE_SUFFIX, Candidate
+from lookahead.core.draft import SOURCE_SUFFIX, Candidate
+from lookahead.core.tokens import TokenArray
 from lookahead.index.walk import best_paths, int_list
-from lookahead.tokens import TokenArray
 
 # Matcher state: (automaton state, matched length L), with len[link[v]] < L <= len[v].
 Match = tuple[int, int]

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from lookahead.tokens import TokenArray
+from lookahead.core.tokens import TokenArray
 
 S = TypeVar("S")
 

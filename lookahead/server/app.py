@@ -32,14 +32,14 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lookahead.api import Model
-from lookahead.control import CostModel
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Result, Step
+from lookahead.core.control import CostModel
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Result, Step
+from lookahead.core.multi import default_parallel
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
-from lookahead.multi import default_parallel
-from lookahead.sampling import SamplingConfig
 from lookahead.server import errors
 from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.errors import APIError
@@ -67,7 +67,7 @@ class ServeConfig:
     shutdown_timeout: float = 10.0  # seconds the running request gets to finish on shutdown
     calibrate: bool = True  # measure the verify cost at start, not on the first request
     # requests decoded together in one batch per step; 1 = one at a time (the serial
-    # worker), 0 = what pays on this machine (`lookahead.multi.default_parallel`)
+    # worker), 0 = what pays on this machine (`lookahead.core.multi.default_parallel`)
     parallel: int = 1
 
 

@@ -1,11 +1,11 @@
 """Up to N generations at once, in one batched decode per step (`serve --parallel N`).
 
 The same contract as `Worker` (submit, busy, close; events on each job's queue, END last),
-so the routes do not know which one runs. One thread steps a `lookahead.multi.Batch` on a
+so the routes do not know which one runs. One thread steps a `lookahead.core.multi.Batch` on a
 multi-slot context (`lookahead.backend.slots`): between two steps it takes waiting jobs
 into free slots (their prefill goes in chunks, so running requests keep writing) and drops
 cancelled ones, whose cells are freed at once. The node budget of each step is shared by
-the requests (`lookahead.allocate`: ranked by expected accepted tokens, each capped at a
+the requests (`lookahead.core.allocate`: ranked by expected accepted tokens, each capped at a
 fair share). A failed step fails the requests in it, never the thread.
 """
 
@@ -19,10 +19,10 @@ from collections import deque
 
 from lookahead.api import Model
 from lookahead.backend.slots import LlamaSlots
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done
+from lookahead.core.multi import Request
 from lookahead.errors import LookaheadError
-from lookahead.multi import Request
 from lookahead.server.metrics import Metrics
 from lookahead.server.worker import END, Job, QueueFull, ShuttingDown
 

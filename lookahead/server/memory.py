@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lookahead.draft import SOURCE_SHARED
+from lookahead.core.draft import SOURCE_SHARED
 from lookahead.errors import UserError
 from lookahead.index.corpus import CorpusIndex, CorpusParams
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
-from lookahead.engine import Stats
+from lookahead.core.engine import Stats
 
 # accepted draft tokens per verify step, per request
 # no `*_created` series beside every counter: they double /metrics for no use here

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lookahead.api import Model
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Event, Result
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Event, Result
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError
 from lookahead.index.base import DraftSource
-from lookahead.sampling import SamplingConfig
 from lookahead.server.metrics import Metrics
 
 log = logging.getLogger("lookahead.server")

@@ -2,7 +2,7 @@
 
 With several requests in one decode, the step costs t(B + N) for B roots and N draft nodes
 and yields B + sum of P'(i) expected tokens (P'(i): a node's calibrated probability of
-being accepted, see `lookahead.control`). Draft nodes of every request compete for the same
+being accepted, see `lookahead.core.control`). Draft nodes of every request compete for the same
 batch, so they are ranked together: a greedy merge takes, at each turn, the best next node
 of any request (nodes of one request are taken in its draft's order, so each request
 verifies a prefix of its draft: a valid tree). Along that ranking the step's expected
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from lookahead.control import CostModel
+from lookahead.core.control import CostModel
 
 Floats = npt.NDArray[np.float64]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from lookahead.tokens import TokenArray
+from lookahead.core.tokens import TokenArray
 
 # Source tags: which index proposed a node. A node proposed by several sources keeps the
 # tag of the one with the highest estimate.

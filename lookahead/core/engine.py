@@ -14,13 +14,13 @@ from typing import Protocol
 
 import numpy as np
 
-from lookahead.accept import accept
 from lookahead.backend.base import Verifier
-from lookahead.control import Controller, FixedPolicy
-from lookahead.draft import Draft
+from lookahead.core.accept import accept
+from lookahead.core.control import Controller, FixedPolicy
+from lookahead.core.draft import Draft
+from lookahead.core.sampling import Sampler, SamplingConfig
+from lookahead.core.text import TextStream
 from lookahead.errors import UserError
-from lookahead.sampling import Sampler, SamplingConfig
-from lookahead.text import TextStream
 
 
 class GenerationError(UserError):
@@ -153,7 +153,7 @@ def emit_tokens(vocab: Vocab, stream: TextStream, new: Sequence[int], left: int)
     """The tokens of one step a request writes: up to an end token, a stop string or
     `left` more tokens. Returns (tokens, text safe to show, stopped by an end or a stop).
 
-    Shared by the single-request loop and the batched one (`lookahead.multi`), so both
+    Shared by the single-request loop and the batched one (`lookahead.core.multi`), so both
     end a generation at the same token.
     """
     emitted: list[int] = []

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from cli.errors import fail, handled
-from cli.models_cmd import CacheDirOption, models_app
-from cli.options import (
+from lookahead.cli.errors import fail, handled
+from lookahead.cli.models_cmd import CacheDirOption, models_app
+from lookahead.cli.options import (
     ExactOption,
     LiveOption,
     MaxTokensOption,
@@ -22,7 +22,7 @@ from cli.options import (
     TemperatureOption,
     ThreadsOption,
 )
-from lookahead import models
+from lookahead.models import catalog as models
 
 app = typer.Typer(
     help="Faster local LLM generation on CPUs with model-free speculative decoding "
@@ -133,7 +133,7 @@ def generate(
 
     Example: lookahead generate --chat "Add type hints to: def scale(v, f): return [x * f for x in v]"
     """
-    from cli.generate_cmd import run_generate
+    from lookahead.cli.generate_cmd import run_generate
 
     with handled():
         text = _read_prompt(prompt, prompt_file)
@@ -206,7 +206,7 @@ def report(
 
     Example: lookahead report examples/sales/weekly.md examples/sales/sales.csv -o report.md
     """
-    from cli.report_cmd import run_report
+    from lookahead.cli.report_cmd import run_report
 
     with handled():
         run_report(
@@ -279,8 +279,8 @@ def serve(
     Example: lookahead serve --port 8000, then
     curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
     """
-    from cli.serve_cmd import read_keys, run_serve
-    from lookahead.draft_state import DraftConfig
+    from lookahead.cli.serve_cmd import read_keys, run_serve
+    from lookahead.core.draft_state import DraftConfig
 
     with handled():
         if log_level not in ("debug", "info", "warning", "error"):
@@ -317,7 +317,7 @@ def doctor(
 
     Example: lookahead doctor --json > doctor.json  (attach it to a bug report)
     """
-    from cli.doctor_cmd import run_doctor
+    from lookahead.cli.doctor_cmd import run_doctor
 
     with handled():
         if threads < 0:
@@ -394,7 +394,7 @@ def complete(
     Example: lookahead complete src/stats.py --line 12 --json
     """
     options = dict(locals())  # every option above, by name: run_complete takes them all
-    from cli.complete_cmd import run_complete
+    from lookahead.cli.complete_cmd import run_complete
 
     with handled():
         run_complete(**options)
@@ -462,7 +462,7 @@ def bench(
     Example: lookahead bench --quick
     """
     options = dict(locals())  # the options as given: the bench's configuration, by the same names
-    from cli.bench_cmd import run_bench
+    from lookahead.cli.bench_cmd import run_bench
 
     with handled():
         run_bench({**options, "kinds": _csv(kinds), "methods": _csv(methods)})

@@ -10,11 +10,8 @@ from typing import Any
 
 from rich.console import Console
 
-from cli.generate_cmd import check_options, json_summary, live_info, open_model, print_result
-from cli.live import show
-from lookahead.backend.llama import LlamaVocab
-from lookahead.codestop import language_of
-from lookahead.complete import (
+from lookahead.apps.codestop import language_of
+from lookahead.apps.complete import (
     CompletionPrompt,
     Split,
     completion_prompt,
@@ -24,12 +21,15 @@ from lookahead.complete import (
     stream_completion,
     write_completion,
 )
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Result
+from lookahead.backend.llama import LlamaVocab
+from lookahead.cli.generate_cmd import check_options, json_summary, live_info, open_model, print_result
+from lookahead.cli.live import show
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Result
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import UserError
 from lookahead.index.corpus import CorpusError, CorpusIndex
 from lookahead.index.ignore import find_repository
-from lookahead.sampling import SamplingConfig
 
 
 def completion_json(split: Split, prompt: CompletionPrompt, result: Result, written: bool) -> dict[str, Any]:

@@ -10,17 +10,17 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from cli.live import LiveInfo, show, summary_line
-from cli.models_cmd import _RichProgress
 from lookahead.api import EXACT_MIN_CTX, Model, check_prompt_fits, load
 from lookahead.backend.llama import BackendConfig
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Result
+from lookahead.cli.live import LiveInfo, show, summary_line
+from lookahead.cli.models_cmd import _RichProgress
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Result
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import ConfigError, UserError
-from lookahead.gguf import check_gguf
 from lookahead.index.corpus import CorpusError
-from lookahead.models import default_cache_dir, resolve_model
-from lookahead.sampling import SamplingConfig
+from lookahead.models.catalog import default_cache_dir, resolve_model
+from lookahead.models.gguf import check_gguf
 
 
 def json_summary(result: Result) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lookahead.backend.base import Verifier
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
 from lookahead.errors import BackendError
 
 

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lookahead.control import ControlConfig, Controller, CostModel, FixedPolicy
-from lookahead.engine import Policy
+from lookahead.core.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.core.engine import Policy
+from lookahead.core.propose import Proposer
 from lookahead.errors import ConfigError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import SHIPPED_CORPORA, CorpusIndex
@@ -21,8 +22,7 @@ from lookahead.index.edits import EditSource
 from lookahead.index.ngram import NgramIndex
 from lookahead.index.records import RecordSource
 from lookahead.index.suffix import SuffixIndex
-from lookahead.models import Progress
-from lookahead.propose import Proposer
+from lookahead.models.catalog import Progress
 
 # Most nodes per verify batch (the context's n_batch is 512); so also the deepest draft, as a
 # draft is never deeper than its node count.
@@ -52,7 +52,7 @@ class DraftConfig:
     probe_every: int = _CONTROL.probe_every  # probe after this many declined steps; 0 = never
     min_gain: float = _CONTROL.min_gain  # draft only when the expected speedup beats this
     # batched requests (serve --parallel, generate_many): draft only when no request's
-    # expected pace drops (see lookahead.allocate); default: the batch's total tokens/s
+    # expected pace drops (see lookahead.core.allocate); default: the batch's total tokens/s
     fair: bool = False
 
     def __post_init__(self) -> None:

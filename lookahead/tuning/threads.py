@@ -22,8 +22,8 @@ from collections.abc import Callable
 from statistics import median
 from typing import Protocol
 
-from lookahead.control import CostModel
-from lookahead.cpuload import CpuLoad
+from lookahead.core.control import CostModel
+from lookahead.tuning.cpuload import CpuLoad
 
 # Median slowdown (measured / idle cost at full threads) above which the machine is busy.
 BUSY = 1.5
@@ -176,7 +176,7 @@ class ThreadGovernor:
 
 
 class _Stepping(Protocol):
-    """What BatchThreads needs of a batched loop (`lookahead.multi.Batch`)."""
+    """What BatchThreads needs of a batched loop (`lookahead.core.multi.Batch`)."""
 
     cost: CostModel
 

@@ -4,7 +4,7 @@ llama.cpp may crash or print junk on a damaged file, so `check_gguf` reads the h
 magic, the version, the metadata and the tensor table, never the tensor data) and raises
 `ModelError` with a one-line reason for a file that is not a complete GGUF model.
 
-Stdlib only, like `lookahead.models`.
+Stdlib only, like `lookahead.models.catalog`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import mmap
 import struct
 from pathlib import Path
 
-from lookahead.models import ModelError
+from lookahead.models.catalog import ModelError
 
 _GGUF_MAGIC = b"GGUF"
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count

@@ -4,7 +4,7 @@ On a CPU a batch of n tokens costs far less than n one-token steps, so requests 
 the same time share each verify: every step is ONE decode holding each ready request's root
 token and its draft tree, each request in a slot of its own (its own sequence ids, KV cells
 and parked cells, see `lookahead.backend.multi`). Per request, the loop is the engine's
-(`lookahead.engine`): the same acceptance rule, its own sampler (so its own seeded stream),
+(`lookahead.core.engine`): the same acceptance rule, its own sampler (so its own seeded stream),
 drafter, policy, stop strings, max_tokens and text stream. So each request writes exactly
 what it would write alone, given the same logits (on a batch-invariant model; with llama.cpp
 several requests interleave their cells, so bit-identity is only claimed for one request).
@@ -12,7 +12,7 @@ several requests interleave their cells, so bit-identity is only claimed for one
 Between steps, requests join (prefill in chunks of at most `chunk` tokens per step, so a long
 prompt does not stall the others for long) and leave: a finished or cancelled request frees
 its slot's cells at once. Which draft nodes go into a step is decided for the whole batch
-(`lookahead.allocate`).
+(`lookahead.core.allocate`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Protocol
 
 import numpy as np
 
-from lookahead.accept import accept
-from lookahead.allocate import Offer, allocate
 from lookahead.backend.base import LogitRows
-from lookahead.control import Controller, CostModel, FixedPolicy
-from lookahead.draft import Draft
-from lookahead.engine import (
+from lookahead.core.accept import accept
+from lookahead.core.allocate import Offer, allocate
+from lookahead.core.control import Controller, CostModel, FixedPolicy
+from lookahead.core.draft import Draft
+from lookahead.core.engine import (
     Done,
     Drafter,
     Event,
@@ -44,9 +44,9 @@ from lookahead.engine import (
     emit_tokens,
     fit_draft,
 )
-from lookahead.sampling import Sampler
-from lookahead.text import TextStream
-from lookahead.tokens import TokenArray
+from lookahead.core.sampling import Sampler
+from lookahead.core.text import TextStream
+from lookahead.core.tokens import TokenArray
 
 # Prompt tokens a joining request decodes per step: large enough that prefill runs near the
 # batched speed, small enough that the others wait about one more step for it.
@@ -154,7 +154,7 @@ class Batch:
     returns the (request, event) pairs it produced, a request's last being its Done.
     `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
     whole batch); `budget` the most draft nodes per step. `after_verify(size, seconds)`, if
-    set, is told every batched verify (the thread governor, `lookahead.threads.BatchThreads`).
+    set, is told every batched verify (the thread governor, `lookahead.tuning.threads.BatchThreads`).
     """
 
     def __init__(

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lookahead import models
 from lookahead.backend import probe
 from lookahead.errors import LookaheadError
+from lookahead.models import catalog as models
 
 # CPU flags that decide which llama.cpp kernels can run (the full list is in `flags`).
 KEY_FLAGS = (

@@ -1,4 +1,4 @@
-"""`lookahead report`: a templated report, one record per data row (see `lookahead.report`)."""
+"""`lookahead report`: a templated report, one record per data row (see `lookahead.apps.report`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 from rich.console import Console
 
-from cli.generate_cmd import check_options, live_info, open_model, print_result
-from cli.live import show
 from lookahead.api import check_prompt_fits, has_chat_template
-from lookahead.draft_state import DraftConfig
-from lookahead.report import build_report, check_output, save
-from lookahead.sampling import SamplingConfig
+from lookahead.apps.report import build_report, check_output, save
+from lookahead.cli.generate_cmd import check_options, live_info, open_model, print_result
+from lookahead.cli.live import show
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.sampling import SamplingConfig
 
 
 def run_report(

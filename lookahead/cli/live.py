@@ -39,7 +39,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lookahead.engine import Done, Event, Result, Step
+from lookahead.core.engine import Done, Event, Result, Step
 
 WINDOW = 40  # steps in the rolling sparkline and the current rate
 DRAFTED_STYLE = "green"

@@ -1,6 +1,6 @@
 """How many CPUs other processes use, from the kernel's own accounting (Linux).
 
-The thread governor (lookahead/threads.py) finds a busy machine from slow verify steps:
+The thread governor (lookahead/tuning/threads.py) finds a busy machine from slow verify steps:
 it needs a few slow steps to see the load, and a few steps at every thread count, from
 time to time, to see whether it has gone; each such step under load costs about two.
 The kernel already knows: /proc/stat counts the busy time of each CPU, os.times() our

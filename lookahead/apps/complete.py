@@ -9,7 +9,7 @@ the GGUF, e.g. Qwen2.5-Coder's <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>):
 [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>, as llama.cpp's own infill builds it;
 otherwise the prefix alone. Either way, the code after the cursor is a draft source, and
 so can the user's repository be (`context_corpus`). The completion ends at the end of
-the cursor's block (`lookahead.codestop`), at --max-tokens, at a stop string, or where
+the cursor's block (`lookahead.apps.codestop`), at --max-tokens, at a stop string, or where
 the model ends it.
 """
 
@@ -25,16 +25,16 @@ from pathlib import Path
 from typing import Protocol
 
 from lookahead.api import Model
-from lookahead.codestop import CodeStop, finish
-from lookahead.draft_state import DraftConfig
-from lookahead.engine import Done, Event, GenerationError, Result, Stats, Step
+from lookahead.apps.codestop import CodeStop, finish
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, Event, GenerationError, Result, Stats, Step
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import CorpusError, CorpusIndex
 from lookahead.index.ignore import GitIgnore
 from lookahead.index.prediction import PredictionIndex
 from lookahead.progress import Progress
-from lookahead.sampling import SamplingConfig
 
 DEFAULT_MARKER = "<CURSOR>"
 # The suffix keeps at most this share of a prompt that must be cut to fit the context (the

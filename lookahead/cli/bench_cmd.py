@@ -24,9 +24,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-import cli
-from cli.errors import fail
-from cli.models_cmd import _RichProgress
+import lookahead.cli as cli
+from lookahead.cli.errors import fail
+from lookahead.cli.models_cmd import _RichProgress
 
 CHECKOUT_HINT = (
     "`lookahead bench` runs the benchmark suite in the bench/ folder of a lookahead source "
@@ -37,7 +37,7 @@ CHECKOUT_HINT = (
 
 def checkout_root() -> Path | None:
     """The source checkout this CLI runs from (an editable install), if it has bench/."""
-    root = Path(cli.__file__).resolve().parent.parent
+    root = Path(cli.__file__).resolve().parent.parent.parent
     return root if (root / "bench" / "run.py").is_file() else None
 
 

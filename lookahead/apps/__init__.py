@@ -1,0 +1,1 @@
+"""Applications on top of the API: code completion, reports, the doctor's report."""

@@ -1,0 +1,1 @@
+"""Model files: named models from PyPI data packages and the GGUF header check."""

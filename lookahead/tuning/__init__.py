@@ -1,0 +1,1 @@
+"""Machine tuning: the thread governor and the machine's own load."""
