@@ -1,0 +1,24 @@
+"""Routes for operators: `/health` (503 while loading, no key) and `/metrics` (Prometheus text)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from lookahead.server.deps import ServiceDep
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(service: ServiceDep) -> JSONResponse:
+    if service.load_error is not None:
+        return JSONResponse({"status": "error", "message": service.load_error}, 503)
+    if not service.ready.is_set():
+        return JSONResponse({"status": "loading"}, 503, {"Retry-After": "5"})
+    return JSONResponse({"status": "ok", "model": service.config.model_id})
+
+
+@router.get("/metrics")
+async def metrics(service: ServiceDep) -> Response:
+    return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
