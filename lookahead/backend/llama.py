@@ -39,7 +39,7 @@ import ctypes
 import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from lookahead.backend.base import Logits
 from lookahead.backend.tree_layout import TreeLayout
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
-from lookahead.errors import BackendError, ConfigError
+from lookahead.errors import BackendError, ConfigError, Interrupted
 
 
 @dataclass(frozen=True)
@@ -397,6 +397,9 @@ class LlamaBackend(LlamaVocab):
         self._batch = _Batch(self.n_batch, self.max_branches)
         self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
         self.n_past = 0
+        # asked before each prefill chunk: True stops the prefill with Interrupted (a service
+        # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
+        self.interrupt: Callable[[], bool] | None = None
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):
@@ -423,6 +426,8 @@ class LlamaBackend(LlamaVocab):
             raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
         start = self.n_past
         for lo in range(0, len(tokens), self.n_batch):
+            if self.interrupt is not None and self.interrupt():
+                raise Interrupted(f"prefill stopped after {lo} of {len(tokens)} tokens")
             chunk = tokens[lo : lo + self.n_batch]
             n = len(chunk)
             b.token[:n] = chunk

@@ -38,6 +38,7 @@ class BatchWorker(WorkerBase):
         self.n_ctx = self.slots.slot_ctx  # what one request may use
         # a busy machine: fewer threads while faster (the batch's own thread governor)
         self.batch = model.new_batch(self.slots, draft or DraftConfig())
+        self.batch.isolate = True  # one request's drafting bug fails that request only
         self._req_of: dict[int, Request] = {}  # id(job) -> its request
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
         self._started: dict[int, float] = {}
@@ -133,6 +134,13 @@ class BatchWorker(WorkerBase):
             self.slots.reset()
             self._gauges()
             return
+        for req, error in self.batch.failed:  # already cancelled by the batch
+            log.error("drafting failed for one request", exc_info=error)
+            failed = self._jobs.get(req.id)
+            if failed is not None:
+                failed.emit(error)
+                self._end(req.id)
+        self.batch.failed.clear()
         info = self.batch.last
         m = self.metrics
         if info.requests:

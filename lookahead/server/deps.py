@@ -1,5 +1,10 @@
-"""What routes ask for (FastAPI dependencies): the service, the caller's partition (after the
-key check), and the service once its model is ready (503 before)."""
+"""What routes ask for (FastAPI dependencies): the service, the caller's key (after the key
+check), and the service once its model is ready (503 before).
+
+Keys are compared as bytes (`hmac.compare_digest` refuses non-ASCII text): a header is
+latin-1 text to Starlette, so its bytes are what the client sent, and a configured key's
+are its UTF-8.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from lookahead.server.errors import APIError
-from lookahead.server.memory import partition_of
 from lookahead.server.service import Service
 
 
@@ -19,17 +23,37 @@ def service_of(request: Request) -> Service:
     return service
 
 
-def authorize(request: Request) -> str:
-    """The caller's partition; 401 without a valid key when keys are configured."""
+def bearer_key(request: Request, keys: tuple[str, ...]) -> str | None:
+    """The configured key the request's `Authorization: Bearer KEY` matches, or None."""
+    scheme, _, sent = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    raw = sent.strip().encode("latin-1")
+    found = None
+    for key in keys:  # every key is compared, so the time says nothing about which matched
+        if hmac.compare_digest(raw, key.encode("utf-8")):
+            found = key
+    return found
+
+
+def authorize(request: Request) -> str | None:
+    """The caller's key (None when the server has none); 401 without a valid one."""
     keys = service_of(request).config.api_keys
     if not keys:
-        return partition_of(None)
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not any(hmac.compare_digest(key, k) for k in keys):
+        return None
+    key = bearer_key(request, keys)
+    if key is None:
         raise APIError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')", code="invalid_api_key")
-    return partition_of(key)
+    return key
+
+
+def authorize_metrics(request: Request) -> None:
+    """/metrics asks for --metrics-key if set, else any API key, as llama-server does."""
+    config = service_of(request).config
+    keys = (config.metrics_key,) if config.metrics_key else config.api_keys
+    if keys and bearer_key(request, keys) is None:
+        raise APIError(401, "missing or invalid key for /metrics (send 'Authorization: Bearer KEY')",
+                       code="invalid_api_key")
 
 
 def ready(request: Request) -> Service:
@@ -43,4 +67,4 @@ def ready(request: Request) -> Service:
 
 
 ServiceDep = Annotated[Service, Depends(service_of)]  # a route's parameter: the service
-Partition = Annotated[str, Depends(authorize)]  # a route's parameter: the caller's partition, after the key check
+Caller = Annotated[str | None, Depends(authorize)]  # a route's parameter: the caller's key, once checked

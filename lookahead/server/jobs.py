@@ -51,6 +51,7 @@ class Job:
     sources: Sequence[DraftSource]
     loop: asyncio.AbstractEventLoop
     on_done: Callable[[Job, Result], None] | None = None
+    predicted: list[int] | None = None  # the request's Predicted Output, tokenized once
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -94,15 +95,24 @@ class WorkerBase:
         """Free what the worker holds once its thread has ended (or given up)."""
 
     # ---- the queue ----------------------------------------------------------------------
+    def check_room(self) -> None:
+        """Raise QueueFull or ShuttingDown if a job submitted now would be refused, so a
+        request is turned away before its costly parts (a prediction's index) are built."""
+        with self._cv:
+            self._check_room()
+
+    def _check_room(self) -> None:
+        if self._closing:
+            raise ShuttingDown
+        running = len(self._running_jobs())
+        # an idle slot takes the next job at once: it does not count as waiting
+        if len(self._waiting) >= self.max_queue + max(0, self.capacity - running):
+            ahead = len(self._waiting) + running
+            raise QueueFull(max(1, math.ceil(self._mean_s * ahead / self.capacity)))
+
     def submit(self, job: Job) -> None:
         with self._cv:
-            if self._closing:
-                raise ShuttingDown
-            running = len(self._running_jobs())
-            # an idle slot takes the next job at once: it does not count as waiting
-            if len(self._waiting) >= self.max_queue + max(0, self.capacity - running):
-                ahead = len(self._waiting) + running
-                raise QueueFull(max(1, math.ceil(self._mean_s * ahead / self.capacity)))
+            self._check_room()
             self._waiting.append(job)
             self.metrics.queue_depth.set(len(self._waiting))
             self._cv.notify()

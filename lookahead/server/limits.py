@@ -1,4 +1,8 @@
-"""The request body limit: 413 for bodies over the limit, whether declared or streamed."""
+"""The request body limit: 413 for bodies over the limit, whether declared or streamed.
+
+A streamed (chunked) body is counted as it arrives; once over the limit the 413 is sent
+at once and the app sees the client gone, so it can neither read on nor answer (a parse
+error there would otherwise become a 400)."""
 
 from __future__ import annotations
 
@@ -25,27 +29,30 @@ class BodyLimit:
             await self._too_large(send)
             return
         seen = 0
-        started = False
+        started = refused = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    refused = True
+                    if not started:
+                        await self._too_large(send)
+                    return {"type": "http.disconnect"}
             return message
 
         async def watched(message: Message) -> None:
             nonlocal started
+            if refused:
+                return  # the 413 is the answer
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        try:
-            await self.app(scope, counted, watched)
-        except _TooLarge:
-            if not started:
-                await self._too_large(send)
+        await self.app(scope, counted, watched)
 
     async def _too_large(self, send: Send) -> None:
         body = json.dumps(error_body(413, f"the request body is larger than {self.limit} bytes")).encode()
@@ -54,6 +61,3 @@ class BodyLimit:
         )
         await send({"type": "http.response.body", "body": body})
 
-
-class _TooLarge(Exception):
-    pass

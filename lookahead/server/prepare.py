@@ -1,11 +1,19 @@
 """One request before it queues: check it against the model (400s for what cannot be served),
 tokenize it, and build its `Job` (sampling, drafting options, draft sources, what to
-remember when it is done)."""
+remember when it is done).
+
+The queue is asked first (429 before any work), and a prediction longer than the context
+is refused before its index (some hundreds of bytes a token) is built.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+
+from jinja2 import TemplateError
 
 from lookahead.api import Model
 from lookahead.core.draft_state import DraftConfig
@@ -15,16 +23,35 @@ from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
 from lookahead.server.errors import APIError
-from lookahead.server.jobs import Job
+from lookahead.server.jobs import Job, QueueFull, ShuttingDown
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
 
 
-def prepare(service: Service, body: _Common, chat: bool, partition: str, loop: asyncio.AbstractEventLoop) -> Job:
+@contextmanager
+def admission() -> Iterator[None]:
+    """The worker's refusals as the API's: 429 with Retry-After when the queue is full, 503
+    when shutting down."""
+    try:
+        yield
+    except QueueFull as exc:
+        raise APIError(
+            429, "too many requests waiting; retry later", headers={"Retry-After": str(exc.retry_after)}
+        ) from exc
+    except ShuttingDown as exc:
+        raise APIError(503, "the server is shutting down") from exc
+
+
+def prepare(
+    service: Service, body: _Common, chat: bool, caller: str | None, loop: asyncio.AbstractEventLoop
+) -> Job:
     """Tokenize and check a request (APIError 400 for what cannot be served), build its job."""
     model = service.model
     config = service.config
-    assert model is not None
+    worker = service.worker
+    assert model is not None and worker is not None
+    with admission():
+        worker.check_room()
     if body.model and body.model != config.model_id:
         raise APIError(
             400,
@@ -42,8 +69,9 @@ def prepare(service: Service, body: _Common, chat: bool, partition: str, loop: a
             wanted = body.max_tokens
     except LookaheadError as exc:
         raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
-    assert service.worker is not None
-    n_ctx = service.worker.n_ctx  # one request's context (a slot's, with --parallel)
+    except (ValueError, TemplateError) as exc:  # the model's chat template refused the messages
+        raise APIError(400, f"the model's chat template refused these messages: {exc}", param="messages") from exc
+    n_ctx = worker.n_ctx  # one request's context (a slot's, with --parallel)
     room = n_ctx - len(tokens) - 1
     if room < 1:
         raise APIError(
@@ -65,11 +93,22 @@ def prepare(service: Service, body: _Common, chat: bool, partition: str, loop: a
         draft = draft_config(config.draft, body)
     except UserError as exc:
         raise APIError(400, str(exc), param="lookahead") from exc
+    if draft.exact and worker.capacity > 1:
+        # Refused rather than served through a one-slot path: serving it exactly would mean
+        # draining the batch (every other client waits for this one), and answering from the
+        # batch is not exact (neighbours' cells change the kernels' summation order).
+        raise APIError(
+            400,
+            "lookahead.exact needs a server started with --parallel 1: in a batch of requests the "
+            "output is not bit-identical to plain decoding",
+            param="lookahead.exact",
+        )
     sources: list[DraftSource] = []
-    prediction = prediction_source(model, body)
-    if prediction is not None:
-        sources.append(prediction)
+    predicted = prediction_tokens(model, body, n_ctx)
+    if predicted:
+        sources.append(PredictionIndex(predicted))
     memory = service.memory
+    partition = memory.partition(caller) if memory is not None else ""
     if memory is not None:
         shared = memory.source(partition)
         if shared is not None:
@@ -88,6 +127,7 @@ def prepare(service: Service, body: _Common, chat: bool, partition: str, loop: a
         sources=sources,
         loop=loop,
         on_done=remember,
+        predicted=predicted,
     )
 
 
@@ -100,9 +140,17 @@ def draft_config(base: DraftConfig, body: _Common) -> DraftConfig:
     return replace(base, **changes)
 
 
-def prediction_source(model: Model, body: _Common) -> PredictionIndex | None:
-    """A draft source over the request's Predicted Output, if it sent one."""
+def prediction_tokens(model: Model, body: _Common, n_ctx: int) -> list[int] | None:
+    """The request's Predicted Output as tokens (None without one); 400 past the context,
+    as no output could repeat more of it."""
     if body.prediction is None:
         return None
-    text = body.prediction.text()
-    return PredictionIndex(model.backend.tokenize(text, add_special=False)) if text else None
+    tokens = model.backend.tokenize(body.prediction.text(), add_special=False)
+    if len(tokens) > n_ctx:
+        raise APIError(
+            400,
+            f"the prediction has {len(tokens)} tokens, but the context holds {n_ctx}",
+            param="prediction",
+            code="context_length_exceeded",
+        )
+    return tokens

@@ -17,35 +17,25 @@ from sse_starlette.sse import EventSourceResponse
 from lookahead.core.engine import Done, Result, Step
 from lookahead.errors import LookaheadError, UserError
 from lookahead.server.errors import APIError, error_body
-from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown
+from lookahead.server.jobs import END, Job, ShuttingDown
 from lookahead.server.metrics import Metrics
-from lookahead.server.prepare import prepare
+from lookahead.server.prepare import admission, prepare
 from lookahead.server.schemas import _Common
 from lookahead.server.service import Service
 from lookahead.server.shape import Shape
 
 
 async def serve(
-    service: Service, body: _Common, request: Request, partition: str, chat: bool
+    service: Service, body: _Common, request: Request, caller: str | None, chat: bool
 ) -> Response | dict[str, Any]:
     """Answer one completion request (chat or not), streamed or whole."""
     loop = asyncio.get_running_loop()
     endpoint = "chat" if chat else "completions"
-    job = await run_in_threadpool(prepare, service, body, chat, partition, loop)
+    job = await run_in_threadpool(prepare, service, body, chat, caller, loop)
     assert service.worker is not None
-    try:
+    with admission():
         service.worker.submit(job)
-    except QueueFull as exc:
-        raise APIError(
-            429, "too many requests waiting; retry later", headers={"Retry-After": str(exc.retry_after)}
-        ) from exc
-    except ShuttingDown as exc:
-        raise APIError(503, "the server is shutting down") from exc
-    model = service.model
-    assert model is not None
-    shape = Shape(
-        chat, service.config.model_id, body, len(job.tokens), lambda t: model.backend.tokenize(t, add_special=False)
-    )
+    shape = Shape(chat, service.config.model_id, body, len(job.tokens), job.predicted)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
@@ -56,8 +46,9 @@ async def serve(
     except BaseException:
         job.cancel()
         raise
+    whole = await run_in_threadpool(shape.whole, result)  # counts a prediction's tokens
     service.metrics.requests.labels(endpoint, "200").inc()
-    return shape.whole(result)
+    return whole
 
 
 async def collect(job: Job, request: Request) -> Result:
@@ -121,7 +112,8 @@ async def sse(
             elif isinstance(item, Done):
                 yield {"data": json.dumps(shape.chunk("", item.result.finish_reason, first))}
                 if include_usage:
-                    yield {"data": json.dumps(shape.usage_chunk(item.result))}
+                    usage = await run_in_threadpool(shape.usage_chunk, item.result)
+                    yield {"data": json.dumps(usage)}
         yield {"data": "[DONE]"}
     finally:
         job.cancel()  # a no-op once the job has ended; stops it if the client went away

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from lookahead.server.deps import Partition, ServiceDep, ready
+from lookahead.server.deps import Caller, ServiceDep, ready
 from lookahead.server.respond import serve
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest
 
@@ -15,7 +15,7 @@ router = APIRouter()
 
 
 @router.get("/v1/models")
-async def list_models(service: ServiceDep, partition: Partition) -> dict[str, Any]:
+async def list_models(service: ServiceDep, caller: Caller) -> dict[str, Any]:
     return {
         "object": "list",
         "data": [{"id": service.config.model_id, "object": "model", "created": 0, "owned_by": "lookahead"}],
@@ -24,13 +24,13 @@ async def list_models(service: ServiceDep, partition: Partition) -> dict[str, An
 
 @router.post("/v1/completions", response_model=None)
 async def completions(
-    body: CompletionRequest, request: Request, partition: Partition
+    body: CompletionRequest, request: Request, caller: Caller
 ) -> Response | dict[str, Any]:
-    return await serve(ready(request), body, request, partition, chat=False)
+    return await serve(ready(request), body, request, caller, chat=False)
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def chat_completions(
-    body: ChatCompletionRequest, request: Request, partition: Partition
+    body: ChatCompletionRequest, request: Request, caller: Caller
 ) -> Response | dict[str, Any]:
-    return await serve(ready(request), body, request, partition, chat=True)
+    return await serve(ready(request), body, request, caller, chat=True)

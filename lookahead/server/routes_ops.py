@@ -1,11 +1,12 @@
-"""Routes for operators: `/health` (503 while loading, no key) and `/metrics` (Prometheus text)."""
+"""Routes for operators: `/health` (503 while loading, no key) and `/metrics` (Prometheus text,
+behind --metrics-key or the API keys)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
-from lookahead.server.deps import ServiceDep
+from lookahead.server.deps import ServiceDep, authorize_metrics
 
 router = APIRouter()
 
@@ -19,6 +20,6 @@ async def health(service: ServiceDep) -> JSONResponse:
     return JSONResponse({"status": "ok", "model": service.config.model_id})
 
 
-@router.get("/metrics")
+@router.get("/metrics", dependencies=[Depends(authorize_metrics)])
 async def metrics(service: ServiceDep) -> Response:
     return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

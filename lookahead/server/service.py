@@ -42,7 +42,7 @@ class Service:
             model = self.loader()
             if self.config.calibrate and self.config.draft.enabled and self.config.draft.adaptive:
                 model.calibrate()
-            if self.config.shared_index:
+            if self.config.remembers:
                 self.memory = SharedIndex(
                     model.drafting.tokenizer_id,
                     max_tokens=self.config.index_max_tokens,

@@ -1,14 +1,16 @@
-"""Response bodies in OpenAI's shapes (whole responses, stream chunks, usage) for one request."""
+"""Response bodies in OpenAI's shapes (whole responses, stream chunks, usage) for one request.
+
+`whole` and `usage_chunk` count a prediction's tokens: call them off the event loop."""
 
 from __future__ import annotations
 
-import difflib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 from lookahead.core.engine import Result
+from lookahead.server.accounting import prediction_counts
 from lookahead.server.schemas import CompletionRequest, _Common
 
 
@@ -16,10 +18,10 @@ class Shape:
     """Response bodies in OpenAI's shapes, for one request."""
 
     def __init__(
-        self, chat: bool, model_id: str, body: _Common, prompt_tokens: int, tokenize: Callable[[str], list[int]]
+        self, chat: bool, model_id: str, body: _Common, prompt_tokens: int, predicted: Sequence[int] | None = None
     ) -> None:
         self.chat = chat
-        self._tokenize = tokenize
+        self.predicted = predicted  # the prediction's tokens, when the request sent one
         self.model = model_id
         self.body = body
         self.prompt_tokens = prompt_tokens
@@ -37,14 +39,10 @@ class Shape:
             "total_tokens": self.prompt_tokens + s.n_tokens,
         }
         if self.body.prediction is not None:
-            usage["completion_tokens_details"] = self.prediction_details(result)
+            # OpenAI's definition: prediction tokens that appeared in the completion (accepted)
+            # and those that did not (rejected); linear time, but off the event loop all the same
+            usage["completion_tokens_details"] = prediction_counts(self.predicted or [], result.tokens)
         return usage
-
-    def prediction_details(self, result: Result) -> dict[str, int]:
-        """OpenAI's definition: prediction tokens that appeared in the completion (accepted)
-        and those that did not (rejected)."""
-        assert self.body.prediction is not None
-        return prediction_counts(self.body.prediction.text(), result, self._tokenize)
 
     @staticmethod
     def stats(result: Result) -> dict[str, Any]:
@@ -98,10 +96,3 @@ class Shape:
         out["lookahead"] = self.stats(result)
         return out
 
-
-def prediction_counts(prediction: str, result: Result, tokenize: Callable[[str], list[int]]) -> dict[str, int]:
-    """accepted: prediction tokens that appear, in order, in the completion; rejected: the rest."""
-    predicted = tokenize(prediction)
-    matcher = difflib.SequenceMatcher(None, predicted, result.tokens, autojunk=False)
-    accepted = sum(block.size for block in matcher.get_matching_blocks())
-    return {"accepted_prediction_tokens": accepted, "rejected_prediction_tokens": len(predicted) - accepted}

@@ -2,8 +2,9 @@
 
 The engine is a plain (blocking) generator; it runs on this thread, and each event goes
 to the request's asyncio queue through `call_soon_threadsafe`. A request that goes away
-sets `cancelled`: the thread notices between two verify steps, closes the generator and
-clears the KV cache, so the next request starts within one step. A failure in one
+sets `cancelled`: the thread notices between two verify steps, or between two chunks of its
+prompt's prefill (`n_batch` tokens each), closes the generator and clears the KV cache, so
+the next request starts within one step or one chunk. A failure in one
 generation is that request's error, never the thread's end. The queue, the shutdown and
 the guarded `on_done` are `jobs.WorkerBase`'s.
 """
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 
 from lookahead.api import Model
 from lookahead.core.engine import Done, Event
-from lookahead.errors import LookaheadError
+from lookahead.errors import Interrupted, LookaheadError
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
 
@@ -57,6 +58,8 @@ class Worker(WorkerBase):
         t0 = time.perf_counter()
         self.metrics.running.set(1)
         events: Iterator[Event] | None = None
+        backend = self.model.backend
+        backend.interrupt = job.cancelled.is_set  # a long prompt's prefill stops when its client leaves
         try:
             events = self.model.stream(
                 "",
@@ -74,6 +77,8 @@ class Worker(WorkerBase):
                 job.emit(event)
                 if isinstance(event, Done):
                     self._done(job, event.result)
+        except Interrupted:
+            self.metrics.cancelled.inc()
         except LookaheadError as exc:
             job.emit(exc)
         except Exception as exc:  # a bug: this request fails, the service goes on
@@ -83,6 +88,7 @@ class Worker(WorkerBase):
             close = getattr(events, "close", None)  # a generator: end it where it stopped
             if close is not None:
                 close()
-            self.model.backend.reset()  # free every KV cell, parked ones too
+            backend.interrupt = None
+            backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
