@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
 from lookahead.models import catalog as models
 from lookahead.models import gguf
+from lookahead.tuning.cost_cache import cost_machine, plausible, store_costs
 from lookahead.tuning.cpuload import CpuLoad, cpu_load
 from lookahead.tuning.threads import BatchThreads, ThreadCosts, ThreadGovernor
 
@@ -143,20 +143,21 @@ class Model:
         b = self.backend
         if b.n_threads != self._full_threads:  # the idle curve is the full count's
             b.set_threads(self._full_threads)
-        machine = f"{b.n_threads}:{platform.machine()}:{platform.processor()}"
-        key = f"{COST_VERSION}:{b.path.name}:{b.path.stat().st_size}:{machine}"
+        key = f"{COST_VERSION}:{b.path.name}:{b.path.stat().st_size}:{cost_machine(b.n_threads)}"
         if not b.config.repack:  # costs are per backend configuration
             key += f":{probe.NO_EXTRA_BUFTS.name}"
         try:
             entry = json.loads(path.read_text())[key]
             costs = {int(n): float(t) for n, t in entry["costs"].items()}
             slope = {int(n): float(t) for n, t in entry["slope"].items()}
+            if not plausible(costs):  # a damaged or hand-edited entry is measured again
+                raise ValueError("implausible cached cost curve")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             b.reset()
             costs = b.measure_cost(COST_SIZES, repeats=4)
             slope = measure_slope(b, costs)
             if plausible(costs):  # one measured while something else ran is not kept
-                _store_costs(path, key, {"costs": costs, "slope": slope})
+                store_costs(path, key, {"costs": costs, "slope": slope})
         self.cost_slope = slope
         self.drafting.cost = CostModel(costs, slope=slope, cells=lambda: b.n_used)
         self.drafting.controllers.clear()
@@ -434,33 +435,6 @@ def measure_slope(b: LlamaBackend, costs: dict[int, float]) -> dict[int, float]:
     return {n: max(0.0, deep[n] / costs[n] - 1.0) / depth for n in sizes if n in deep}
 
 
-def _store_costs(path: Path, key: str, entry: dict[str, dict[int, float]]) -> None:
-    """Add `entry` (the cost curve and its context slope) under `key` to the cost cache file,
-    atomically."""
-    try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
-    data[key] = entry
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache only costs the measurement next time
-
-
-def plausible(costs: dict[int, float]) -> bool:
-    """False for a cost curve no idle machine measures: a batch much cheaper than one token
-    (the one-token decodes were stalled by another process). Such a curve is used for this
-    process only, never cached."""
-    t1 = costs.get(1)
-    if not t1:
-        return False
-    return all(t >= 0.8 * t1 for n, t in costs.items() if n > 1)
 
 
 def choose_backend(

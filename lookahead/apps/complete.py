@@ -305,12 +305,16 @@ class _Tally:
         s.decode_s = now - self.start - s.prefill_s
 
 
-def write_completion(path: str | Path, split: Split, completion: str) -> None:
+def write_completion(path: str | Path, split: Split, completion: str, original: bytes | None = None) -> None:
     """Insert `completion` at the cursor of the file at `path` (the marker, if any, goes):
     written to a temporary file in the same folder, then renamed over it, so the file is
-    either the old one or the new one, never half of one; its permissions are kept."""
+    either the old one or the new one, never half of one; its permissions are kept.
+    With `original` (the file's bytes when it was read), a file saved meanwhile (an editor
+    while the model wrote) is not overwritten: a UserError says so."""
     path = Path(path)
     data = split.with_completion(completion).encode("utf-8")
+    if original is not None and path.read_bytes() != original:
+        raise UserError(f"{path} changed while the completion was written; it was not overwritten")
     mode = path.stat().st_mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

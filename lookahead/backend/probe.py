@@ -49,7 +49,7 @@ from lookahead.errors import BackendError, BackendUnsupported
 
 FAULT_ENV = "LOOKAHEAD_PROBE_FAULT"
 # Part of every key: bump when the checks change, so old verdicts are probed again.
-PROBE_VERSION = "v1"
+PROBE_VERSION = "v2"  # v2: a batch as large as the largest prefill is decoded too
 # Batched rows may differ from one-token rows by a few tenths of a logit (other matmul
 # kernels; measured up to ~0.3-0.6 on Qwen2.5-Coder-0.5B); a broken kernel is off by far
 # more or gives NaN. The check is about crashes and garbage, not bit-exactness (--exact
@@ -396,7 +396,10 @@ def _child(path: str, name: str, threads: int) -> dict[str, Any]:
         os.kill(os.getpid(), signal.SIGILL)
     if fault == "hang":
         time.sleep(3600)
-    config = BackendConfig(n_ctx=512, n_batch=64, n_threads=threads, max_branches=2, repack=cand.repack)
+    # n_batch as the process's own: its largest decode is a prefill chunk of n_batch tokens
+    # (a served prompt), and large batches take kernels that small ones do not
+    big = BackendConfig().n_batch
+    config = BackendConfig(n_ctx=2 * big, n_batch=big, n_threads=threads, max_branches=2, repack=cand.repack)
     backend = LlamaBackend(path, config)
     toks = backend.tokenize(_PROBE_TEXT)
     n = max(BATCH_SIZES)
@@ -420,6 +423,11 @@ def _child(path: str, name: str, threads: int) -> dict[str, Any]:
             worst = max(worst, float(np.max(np.abs(row - ref[i]))))
     if not all(np.all(np.isfinite(r)) for r in ref):
         return {"ok": False, "detail": "non-finite logits decoding one token at a time"}
+    backend.reset()
+    backend.prefill(np.asarray((toks * (big // len(toks) + 1))[:big], dtype=np.int32))
+    after = np.array(backend.verify(toks[0], Draft.empty())[0], dtype=np.float32)
+    if not np.all(np.isfinite(after)):
+        return {"ok": False, "detail": f"non-finite logits after a prefill batch of {big}"}
     backend.close()
     if worst > TOLERANCE:
         return {

@@ -89,6 +89,7 @@ def run_complete(
     sampling = SamplingConfig(temperature=temperature, seed=seed)
     draft_cfg = DraftConfig(enabled=not no_spec, exact=exact)
     check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
+    original = file.read_bytes() if write and file.is_file() else None  # --write refuses if it changes
     split = split_at_cursor(read_source(file), line=line, col=col, marker=marker)
     folder, named = context_folder(file, context, no_context)
     if write and not (os.access(file, os.W_OK) and os.access(file.resolve().parent, os.W_OK)):
@@ -132,7 +133,7 @@ def run_complete(
     )
     result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
     if write:
-        write_completion(file, split, result.text)
+        write_completion(file, split, result.text, original)
     if as_json:
         sys.stdout.write(json.dumps(completion_json(split, prompt, result, write), ensure_ascii=False) + "\n")
         return

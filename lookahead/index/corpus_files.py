@@ -150,7 +150,8 @@ def _walk(root: Path, ignore: IgnoreRule | None = None) -> list[tuple[Path, str]
         dirs[:] = sorted(d for d in dirs if _keep_dir(here / d) and not (ignore and ignore(here / d, True)))
         for name in sorted(names):
             path = here / name
-            if name.startswith(".") or path.is_symlink() or (ignore and ignore(path, False)):
+            # not a regular file (a FIFO, a socket, a device): reading it could block for ever
+            if name.startswith(".") or path.is_symlink() or not path.is_file() or (ignore and ignore(path, False)):
                 continue
             if path.suffix.lower() in TEXT_SUFFIXES or name in TEXT_NAMES:
                 out.append((path, path.relative_to(root).as_posix()))

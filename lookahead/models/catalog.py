@@ -367,7 +367,9 @@ def _index_wheels(folder: Path, members: Sequence[str]) -> dict[str, Path]:
 
 
 def _pip_command(requirements: Sequence[str], dest: Path) -> list[str]:
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), *requirements]
+    # wheels only: an sdist would run its build code before the hashes are checked
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest),
+            *requirements]
 
 
 def _pip_download(requirements: Sequence[str], dest: Path, on_saved: Callable[[int], None]) -> None:
