@@ -17,6 +17,7 @@ import pytest
 from lookahead.core.draft_state import DraftConfig
 from lookahead.server import ServeConfig
 from lookahead.server.background import serving
+from tests.sse import payloads
 
 pytestmark = pytest.mark.model
 
@@ -97,10 +98,18 @@ def test_streams_cut_off_at_random_keep_the_kv_cache_bounded(smol_path: Path) ->
                                     problems.append(f"{r.status_code} {r.text[:200]}")
                             continue
                         seen = 0
+                        lines: list[str] = []
                         for line in r.iter_lines():
+                            lines.append(line)
                             seen += line.startswith("data:")
                             if cut is not None and seen >= cut:
                                 break  # the client goes away mid-stream
+                        try:  # every payload it read is parsed; an error one is a failure
+                            ended = any(line.strip() == "data: [DONE]" for line in lines)
+                            payloads(lines if ended or cut is None else [*lines, "data: [DONE]"])
+                        except (AssertionError, ValueError) as exc:
+                            with lock:
+                                problems.append(f"stream: {exc}")
 
         def watch() -> None:
             while not done.is_set():

@@ -1,0 +1,141 @@
+"""Property-based fuzzing of the HTTP API from its own OpenAPI schema, against a live server
+on the small model: bodies drawn from each endpoint's request schema (`schema_strategy`)
+and arbitrary JSON. Whatever comes in: no 5xx, every error in OpenAI's shape, every stream
+free of error payloads, and the server healthy with its KV cache empty afterwards.
+
+Bounded: a fixed number of examples per endpoint, and drawn generation lengths are capped
+at a few tokens (the length fields are still fuzzed by the arbitrary bodies), so the run
+takes a minute or two."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookahead.server import ServeConfig
+from lookahead.server.background import Running, serving
+from tests.schema_strategy import from_schema
+from tests.sse import payloads
+
+pytestmark = pytest.mark.model
+
+MODEL_ID = "smollm2-135m"
+EXAMPLES = 25  # per endpoint and kind of body
+MAX_DRAWN_TOKENS = 4
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+
+@pytest.fixture(scope="module")
+def server(smol_path: Path) -> Iterator[Running]:
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+
+    config = ServeConfig(model_id=MODEL_ID, max_body_bytes=256 << 10, max_queue=4)
+    with serving(config, lambda: load(smol_path, backend=BackendConfig(n_ctx=512, n_threads=1))) as running:
+        yield running
+
+
+def inline(node: Any, components: dict[str, Any]) -> Any:
+    """The schema with every `#/components/schemas/...` reference replaced by its target."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            return inline(components[ref.rsplit("/", 1)[1]], components)
+        return {k: inline(v, components) for k, v in node.items()}
+    if isinstance(node, list):
+        return [inline(v, components) for v in node]
+    return node
+
+
+@pytest.fixture(scope="module")
+def body_schemas(server: Running) -> dict[str, Any]:
+    with server.client() as c:
+        spec = c.get("/openapi.json").json()
+    components = spec.get("components", {}).get("schemas", {})
+    out = {}
+    for path in ENDPOINTS:
+        content = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        out[path] = inline(content["schema"], components)
+    return out
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+# names the endpoints know, so arbitrary bodies reach the fields' own checks
+FIELDS = ("prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "stream",
+          "seed", "n", "echo", "prediction", "lookahead", "stream_options", "model")
+arbitrary = st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), json_values, max_size=6)
+
+
+def bounded(body: Any, ours: bool) -> Any:
+    """A drawn body with its generation length capped (and, if `ours`, our model's name)."""
+    if not isinstance(body, dict):
+        return body
+    body = dict(body)
+    for field in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(field), int) and not isinstance(body.get(field), bool) and body[field] > 0:
+            body[field] = min(body[field], MAX_DRAWN_TOKENS)
+    if "messages" in body or "prompt" in body:
+        body.setdefault("max_tokens", MAX_DRAWN_TOKENS)
+    if ours:
+        body["model"] = MODEL_ID
+    return body
+
+
+def check(server: Running, path: str, body: Any) -> None:
+    with server.client() as c:
+        r = c.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert r.status_code < 500, (r.status_code, r.text[:300], body)
+    if r.status_code >= 400:
+        err = r.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"} and err["message"], err
+        return
+    assert r.status_code == 200
+    if isinstance(body, dict) and body.get("stream") is True:
+        payloads(r.text.splitlines())
+    else:
+        assert r.json()["choices"], r.text[:300]
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_bodies_from_the_schema_are_answered_without_a_5xx(
+    server: Running, body_schemas: dict[str, Any], path: str
+) -> None:
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(body=from_schema(body_schemas[path]), ours=st.booleans())
+    def run(body: Any, ours: bool) -> None:
+        check(server, path, bounded(body, ours))
+
+    run()
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_arbitrary_json_is_answered_without_a_5xx(server: Running, path: str) -> None:
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(body=arbitrary | json_values, ours=st.booleans())
+    def run(body: Any, ours: bool) -> None:
+        check(server, path, bounded(body, ours))
+
+    run()
+
+
+def test_the_server_is_healthy_after_the_fuzzing(server: Running) -> None:
+    with server.client() as c:
+        assert c.get("/health").json()["status"] == "ok"
+        r = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    assert r.status_code == 200
+    assert not server.service.worker.busy and server.service.model.backend.n_used == 0
+    with httpx.Client(base_url=server.url) as c:
+        assert c.get("/metrics").status_code == 200  # no key configured: open
