@@ -18,6 +18,7 @@ from lookahead.core.control.config import ControlConfig
 from lookahead.core.control.cost import CostModel
 from lookahead.core.control.shadow import ShadowScorer, Trials
 from lookahead.core.draft import Draft
+from lookahead.core.policy import Offer
 
 Floats = npt.NDArray[np.float64]
 
@@ -156,6 +157,23 @@ class Controller:
             self._declined = 0
             return self._record_choice(draft, n, drafting=False, gain=float(gain[n]), probe=True)
         return self._record_choice(draft, 0, drafting=False, gain=1.0)
+
+    def offer(self, draft: Draft) -> Offer:
+        """This step's nodes for a batch, each worth its P': `choose` runs too, for its
+        shadow scoring and decision state (as when the request runs alone), but the batch
+        decides how many are verified."""
+        self.choose(draft)
+        n = self.limit(draft)
+        return Offer(np.diff(self.expected_tokens(draft, n)))
+
+    def for_batch(self) -> Controller:
+        """A controller for one request in a batch: the shared acceptance statistics (what
+        is learned carries over between requests, as with one request at a time) but its own
+        shadow scorer and decision state, and a private cost model: a request's own share of
+        a batch says nothing about t(n), which the batch observes once for its whole size."""
+        ctl = Controller(self.config, CostModel(self.cost.measured or None))
+        ctl.stats = self.stats
+        return ctl
 
     def _record_choice(
         self, draft: Draft, n: int, *, drafting: bool, gain: float, probe: bool = False

@@ -3,7 +3,10 @@ baselines and tests."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from lookahead.core.draft import Draft
+from lookahead.core.policy import Offer
 
 
 class FixedPolicy:
@@ -24,8 +27,25 @@ class FixedPolicy:
     def alpha(self) -> float:
         return self._accepted / self._steps if self._steps else 0.0
 
+    def begin(self) -> None:
+        """Nothing per request: the counts behind `alpha` run on."""
+
+    def could_pay(self, nodes: int) -> bool:
+        """Always: a fixed K verifies whatever is drafted."""
+        return True
+
     def choose(self, draft: Draft) -> int:
         return min(len(draft), self._budget)
+
+    def offer(self, draft: Draft) -> Offer:
+        """Every node `choose` takes, forced (verified whatever the batch's budget says they
+        are worth)."""
+        n = self.choose(draft)
+        return Offer(np.ones(n), forced=n)
+
+    def for_batch(self) -> FixedPolicy:
+        """Itself: it keeps no decision state to separate."""
+        return self
 
     def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None:
         self._steps += 1
