@@ -144,11 +144,11 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
         # and the cost curve goes back to the calibrated one a new process loads from the
         # disk cache (with a fresh thread governor): the curve learned on earlier prompts
         # once made one summary draft 11 nodes where a new process drafts 5.
-        model.calibrate()
+        model.tuning.calibrate()
         t0 = time.perf_counter()
         m = timed(model.stream(task.prompt, tokens=tokens, max_tokens=max_tokens, draft=config), t0)
-        gov = model.governor  # calibrate() made it for this run
-        if gov is not None and model.adapt_threads and not config.exact:
+        gov = model.tuning.governor  # calibrate() made it for this run
+        if gov is not None and model.tuning.adapt_threads and not config.exact:
             # a switch to fewer threads slows every step while it lasts: on a noisy machine
             # this tells a switch from a slow method
             m.extra["thread_switches"] = gov.switches

@@ -32,10 +32,8 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lookahead.api import Model
-from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, Result, Step
-from lookahead.core.multi import default_parallel
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
@@ -92,7 +90,7 @@ class Service:
         try:
             model = self.loader()
             if self.config.calibrate and self.config.draft.enabled and self.config.draft.adaptive:
-                model.calibrate()
+                model.tuning.calibrate()
             if self.config.shared_index:
                 self.memory = SharedIndex(
                     model.drafting.tokenizer_id,
@@ -102,7 +100,7 @@ class Service:
                 )
             parallel = self.config.parallel
             if parallel == 0:
-                parallel = default_parallel(CostModel(model.calibrate()))
+                parallel = model.tuning.default_parallel()
                 log.info("--parallel %d (from the measured cost curve)", parallel)
             if parallel > 1:
                 self.worker = BatchWorker(model, self.metrics, self.config.max_queue, parallel, self.config.draft)
