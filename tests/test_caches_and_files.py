@@ -16,7 +16,7 @@ from lookahead.apps.complete import split_at_cursor, write_completion
 from lookahead.backend import probe
 from lookahead.errors import UserError
 from lookahead.index.corpus_files import collect_files
-from lookahead.tuning.cost_cache import cost_machine, store_costs
+from lookahead.tuning.calibrate import cost_machine, store_costs
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")

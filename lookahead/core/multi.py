@@ -28,8 +28,8 @@ import numpy as np
 
 from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
-from lookahead.core.allocate import Offer, allocate
-from lookahead.core.control import Controller, CostModel, FixedPolicy
+from lookahead.core.allocate import allocate
+from lookahead.core.control import CostModel, FixedPolicy
 from lookahead.core.draft import Draft
 from lookahead.core.engine import (
     Done,
@@ -44,6 +44,7 @@ from lookahead.core.engine import (
     emit_tokens,
     fit_draft,
 )
+from lookahead.core.policy import Offer
 from lookahead.core.sampling import Sampler
 from lookahead.core.text import TextStream
 from lookahead.core.tokens import TokenArray
@@ -137,16 +138,6 @@ class StepInfo:
     verify_s: float = 0.0
 
 
-def own_controller(shared: Controller) -> Controller:
-    """A controller for one request in a batch: the shared acceptance statistics (what is
-    learned carries over between requests, as with one request at a time) but its own
-    shadow scorer and decision state, and a private cost model: a request's own share of a
-    batch says nothing about t(n), which the batch observes once for its whole size."""
-    ctl = Controller(shared.config, CostModel(shared.cost.measured or None))
-    ctl.stats = shared.stats
-    return ctl
-
-
 class Batch:
     """The requests generating together and the loop that steps them.
 
@@ -205,8 +196,8 @@ class Batch:
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
         check_prompt(prompt, self.verifier.slot_ctx)
-        if isinstance(policy, Controller):
-            policy = own_controller(policy)
+        if policy is not None:
+            policy = policy.for_batch()
         req = Request(
             id=next(self._ids),
             prompt=[int(t) for t in prompt],
@@ -306,14 +297,7 @@ class Batch:
         return drafts, offers
 
     def _offer(self, req: Request, draft: Draft) -> Offer:
-        policy = req.policy
-        if isinstance(policy, Controller):
-            policy.choose(draft)  # its shadow scoring and decision state, as alone
-            n = policy.limit(draft)
-            gains = np.diff(policy.expected_tokens(draft, n))
-            return Offer(gains)
-        n = policy.choose(draft)
-        return Offer(np.ones(n), forced=n)
+        return req.policy.offer(draft)
 
     def _verify(self, ready: list[Request], info: StepInfo) -> list[tuple[Request, Event]]:
         v = self.verifier

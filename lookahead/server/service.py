@@ -8,8 +8,6 @@ import threading
 from collections.abc import Callable
 
 from lookahead.api import Model
-from lookahead.core.control import CostModel
-from lookahead.core.multi import default_parallel
 from lookahead.errors import LookaheadError
 from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.config import ServeConfig
@@ -41,7 +39,7 @@ class Service:
         try:
             model = self.loader()
             if self.config.calibrate and self.config.draft.enabled and self.config.draft.adaptive:
-                model.calibrate()
+                model.tuning.calibrate()
             if self.config.remembers:
                 self.memory = SharedIndex(
                     model.drafting.tokenizer_id,
@@ -51,7 +49,7 @@ class Service:
                 )
             parallel = self.config.parallel
             if parallel == 0:
-                parallel = default_parallel(CostModel(model.calibrate()))
+                parallel = model.tuning.default_parallel()
                 log.info("--parallel %d (from the measured cost curve)", parallel)
             if parallel > 1:
                 self.worker = BatchWorker(model, self.metrics, self.config.max_queue, parallel, self.config.draft)
