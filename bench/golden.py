@@ -14,6 +14,11 @@ script records two things to a JSON file, and with `--check` compares a later ru
     python -m bench.golden --record /tmp/golden-before.json   # on the code before the change
     python -m bench.golden --check /tmp/golden-before.json    # on the code after: exit 1 if any differ
 
+or, to run both at once, record the second with the first's curves and compare the files:
+
+    python -m bench.golden --record /tmp/golden-after.json --pin /tmp/golden-before.json
+    python -m bench.golden --compare /tmp/golden-before.json /tmp/golden-after.json
+
 It takes a few minutes on 2 cores. Only the public API (`lookahead.load`, `DraftConfig`),
 `bench.replay` and `bench.tasks` are used, so it runs unchanged on older layouts.
 """
@@ -185,15 +190,29 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", type=Path, metavar="JSON", help="run and write the figures here")
     mode.add_argument("--check", type=Path, metavar="JSON", help="run and compare with a recorded file")
+    mode.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
+                      help="compare two recorded files (recorded with the same --pin)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per output (--record)")
+    p.add_argument("--pin", type=Path, metavar="JSON",
+                   help="--record with these cost curves (a recorded file, or a cost cache file) instead of measuring")
     args = p.parse_args(argv)
     if args.record:
-        result = collect(None, args.max_tokens)
+        pinned = None
+        if args.pin:
+            data = json.loads(args.pin.read_text())
+            pinned = data.get("costs", data) if "replay" in data else data
+        result = collect(pinned, args.max_tokens)
         args.record.write_text(json.dumps(result))
         print(f"recorded {args.record}")
         return 0
-    before = json.loads(args.check.read_text())
-    after = collect(before["costs"], before["max_tokens"])
+    if args.compare:
+        before, after = (json.loads(path.read_text()) for path in args.compare)
+        if before["costs"] != after["costs"] or before["max_tokens"] != after["max_tokens"]:
+            print("the two files were recorded with different cost curves or lengths: not comparable")
+            return 1
+    else:
+        before = json.loads(args.check.read_text())
+        after = collect(before["costs"], before["max_tokens"])
     diffs = compare(before, after)
     for line in diffs:
         print(line)
