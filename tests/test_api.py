@@ -65,8 +65,8 @@ def test_calibration_caches_the_context_slope(smol_model, tmp_path, monkeypatch)
 @pytest.mark.model
 def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # type: ignore[no-untyped-def]
     from lookahead.api import load
-    from lookahead.tuning.exact import EXACT_MIN_CTX
     from lookahead.backend.llama import BackendConfig
+    from lookahead.tuning.exact import EXACT_MIN_CTX
 
     model = load(smol_path, backend=BackendConfig(n_ctx=256, n_threads=1), probe_backend=False)
     try:

@@ -11,7 +11,7 @@ time so that it returns when the load goes away.
 Robust to outliers: a step's slowdown is its time over the idle cost of its batch
 size, and decisions read the median of the last `window` slowdowns of a thread count,
 which a few outliers (a page fault, one slow step) cannot move. Pure: it is fed sizes and
-seconds, and says which thread count to use; `Model` applies it to the backend and swaps
+seconds, and says which thread count to use; `MachineTuning` applies it to the backend and swaps
 the controller's cost model with it, one per thread count.
 """
 
