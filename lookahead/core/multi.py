@@ -146,6 +146,9 @@ class Batch:
     `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
     whole batch); `budget` the most draft nodes per step. `after_verify(size, seconds)`, if
     set, is told every batched verify (the thread governor, `lookahead.tuning.threads.BatchThreads`).
+    With `isolate` set (a service), an exception while one request drafts ends that request
+    alone: it is cancelled and listed in `failed` (read and cleared by the caller), and the
+    step goes on for the others; otherwise it propagates, as every other error of a step.
     """
 
     def __init__(
@@ -169,6 +172,8 @@ class Batch:
         self.active: list[Request] = []
         self.last = StepInfo()
         self.after_verify: Callable[[int, float], None] | None = None
+        self.isolate = False
+        self.failed: list[tuple[Request, Exception]] = []
         self._ids = itertools.count()
 
     @property
@@ -271,6 +276,26 @@ class Batch:
         draft = req.drafter.propose(policy.budget, depth, policy.branches)
         return fit_draft(draft, v.max_branches, depth, room)
 
+    def _drafts(self, ready: list[Request], nodes: int) -> tuple[list[Draft], list[Offer]]:
+        """Each ready request's draft and offer; with `isolate`, a request whose drafting
+        raises is cancelled, listed in `failed` and removed from `ready`."""
+        drafts: list[Draft] = []
+        offers: list[Offer] = []
+        for req in list(ready):
+            try:
+                draft = self._propose(req, nodes)
+                offer = self._offer(req, draft)
+            except Exception as exc:
+                if not self.isolate:
+                    raise
+                ready.remove(req)
+                self.cancel(req)
+                self.failed.append((req, exc))
+                continue
+            drafts.append(draft)
+            offers.append(offer)
+        return drafts, offers
+
     def _offer(self, req: Request, draft: Draft) -> Offer:
         return req.policy.offer(draft)
 
@@ -278,8 +303,9 @@ class Batch:
         v = self.verifier
         t0 = self.clock()
         nodes = min(self.budget, v.n_batch - len(ready))
-        drafts = [self._propose(r, nodes) for r in ready]
-        offers = [self._offer(r, d) for r, d in zip(ready, drafts, strict=True)]
+        drafts, offers = self._drafts(ready, nodes)
+        if not ready:
+            return []
         counts = allocate(offers, self.cost, nodes, self.min_gain, self.per_request)
         drafts = [d.prefix(n) for d, n in zip(drafts, counts, strict=True)]
         t1 = self.clock()
