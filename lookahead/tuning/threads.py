@@ -203,7 +203,7 @@ class BatchThreads:
     """The governor for a batched loop (`generate_many`, `serve --parallel`): fed each
     batched verify's size and seconds (`Batch.after_verify`), it sets the thread count of
     the multi-slot context (`set_threads`) and gives the batch a cost model per count, as
-    `Model` does for one generation at a time. A count's model starts from what the batch
+    `MachineTuning` does for one generation at a time. A count's model starts from what the batch
     measured so far, then learns from that count's own steps."""
 
     def __init__(self, governor: ThreadGovernor, batch: _Stepping, set_threads: Callable[[int], None]) -> None:
