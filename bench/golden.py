@@ -8,8 +8,8 @@ script records two things to a JSON file, and with `--check` compares a later ru
   cost curve is pinned (stored in the JSON and fed to the model's cost cache), so the
   figures depend on the code alone, not on how busy the machine is.
 - greedy token ids of the bench prompts on a batch-invariant model (SmolLM2-135M Q4_1),
-  plain, with default drafting, with exact mode, and batched (`generate_many`), a bounded
-  number of tokens each. Its cost curve is pinned the same way.
+  plain, with default drafting and with exact mode, a bounded number of tokens each. Its
+  cost curve is pinned the same way.
 
     python -m bench.golden --record /tmp/golden-before.json   # on the code before the change
     python -m bench.golden --check /tmp/golden-before.json    # on the code after: exit 1 if any differ
@@ -46,6 +46,15 @@ OUTPUT_MODEL = "smollm2-135m"
 # and the outputs of a batch-invariant model do not depend on the count.
 THREADS = 1
 RESULTS = Path(__file__).parent / "results"
+# The generation modes whose outputs are compared. Batched generation is left out: which
+# drafts share a step follows the batch's measured verify times, and several requests'
+# cells interleave in one context, so its outputs move with the machine's load even on
+# unchanged code (10 of 18 differed from plain decoding in one run, other prompts in another).
+MODES = {
+    "plain": lookahead.DraftConfig(enabled=False),
+    "default": lookahead.DraftConfig(),
+    "exact": lookahead.DraftConfig(exact=True),
+}
 
 
 def _truth_path(prompt_set: str) -> Path:
@@ -91,27 +100,14 @@ def run_replay(model: Any) -> dict[str, Any]:
 def run_outputs(model: Any, max_tokens: int) -> dict[str, dict[str, list[int]]]:
     """Greedy token ids of the bench prompts per mode."""
     tasks = load_tasks(prompt_set="bench")
-    modes = {
-        "plain": lookahead.DraftConfig(enabled=False),
-        "default": lookahead.DraftConfig(),
-        "exact": lookahead.DraftConfig(exact=True),
-    }
     out: dict[str, dict[str, list[int]]] = {}
-    for mode, draft in modes.items():
+    for mode, draft in MODES.items():
         t0 = time.perf_counter()
         out[mode] = {
             t.id: list(model.generate(t.prompt, chat=t.chat, max_tokens=max_tokens, draft=draft).tokens)
             for t in tasks
         }
         print(f"outputs {mode}: {len(tasks)} prompts, {time.perf_counter() - t0:.0f} s", flush=True)
-    # batched: chat and raw prompts apart, as generate_many takes one chat flag
-    batched: dict[str, list[int]] = {}
-    for chat in (True, False):
-        group = [t for t in tasks if t.chat == chat]
-        if group:
-            results = model.generate_many([t.prompt for t in group], parallel=3, chat=chat, max_tokens=max_tokens)
-            batched.update({t.id: list(r.tokens) for t, r in zip(group, results, strict=True)})
-    out["batched"] = batched
     return out
 
 
@@ -180,6 +176,8 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         if len(old["lines"]) != len(new["lines"]) or old["speedups"] != new["speedups"]:
             diffs.append(f"replay {prompt_set}: speedups differ")
     for mode, old_outs in before["outputs"].items():
+        if mode not in MODES:  # files written when batched outputs were recorded too
+            continue
         new_outs = after["outputs"].get(mode, {})
         for task, tokens in old_outs.items():
             if new_outs.get(task) != tokens:
