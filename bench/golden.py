@@ -48,8 +48,8 @@ THREADS = 1
 RESULTS = Path(__file__).parent / "results"
 # The generation modes whose outputs are compared. Batched generation is left out: which
 # drafts share a step follows the batch's measured verify times, and several requests'
-# cells interleave in one context, so its outputs move with the machine's load even on
-# unchanged code (10 of 18 differed from plain decoding in one run, other prompts in another).
+# cells interleave in one context, so its outputs can move with the machine's load (in one
+# run on a shared machine, 10 of the 18 batched outputs differed from plain decoding).
 MODES = {
     "plain": lookahead.DraftConfig(enabled=False),
     "default": lookahead.DraftConfig(),
