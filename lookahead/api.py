@@ -172,10 +172,12 @@ def load(
     backend: BackendConfig | None = None,
     progress: models.Progress | None = None,
     probe_backend: bool = True,
+    path: Path | None = None,
 ) -> Model:
     """Load a model by name (assembling it on first use) or by path to a .gguf file.
 
-    With `probe_backend` (the default), the llama.cpp configuration is the first one that
+    `path`: the file `locate` already found for `model` (it is then neither looked up nor
+    checked again). With `probe_backend` (the default), the llama.cpp configuration is the first one that
     ran correctly on this CPU in a child process (see `lookahead.backend.probe`; cached, so
     this costs a few seconds once per model, build and machine). A `backend` with
     `repack=False` is only checked, never switched back on.
@@ -184,13 +186,21 @@ def load(
     # read from here, so a generation right after loading has an interval to judge the load by
     cpu = cpu_load() if config.n_threads == 0 else None
     cache = cache_dir or models.default_cache_dir()
-    path = models.resolve_model(str(model), cache, progress)
-    gguf.check_gguf(path)
+    if path is None:
+        path = locate(model, cache, progress)
     verdict = None
     if probe_backend:
         verdict = choose_backend(path, config, cache.parent, progress)
         config = dataclasses.replace(config, repack=verdict.candidate.repack)
     return Model(LlamaBackend(path, config), str(model), cache.parent, verdict, cpu)
+
+
+def locate(model: str | Path, cache_dir: Path, progress: models.Progress | None = None) -> Path:
+    """The GGUF file of a model name (assembled on first use) or path, its header checked:
+    what `load` opens, found before the weights load (a caller can check a prompt first)."""
+    path = models.resolve_model(str(model), cache_dir, progress)
+    gguf.check_gguf(path)
+    return path
 
 
 def prompt_tokens(vocab: LlamaVocab, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:

@@ -515,3 +515,33 @@ def test_every_command_explains_itself_with_an_example(command: list[str]) -> No
 
 def test_shell_completion_is_offered() -> None:
     assert "--install-completion" in invoke(["--help"]).stdout
+
+
+def test_a_cli_run_finds_and_checks_the_model_file_once(
+    smol_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header check (and the name lookup) happen before the prompt check, and load
+    takes the file found then instead of looking it up and reading its header again."""
+    from rich.console import Console
+
+    import lookahead.models.gguf
+    from lookahead.cli.generate_cmd import open_model
+    from lookahead.core.draft_state import DraftConfig
+
+    checks: list[Path] = []
+    real = lookahead.models.gguf.check_gguf
+
+    def counting(path: Path) -> None:
+        checks.append(path)
+        real(path)
+
+    monkeypatch.setattr(lookahead.models.gguf, "check_gguf", counting)
+    lm, checked = open_model(
+        str(smol_path), n_ctx=512, threads=1, draft=DraftConfig(enabled=False), live=False,
+        err=Console(stderr=True), check=lambda path: path,
+    )  # fmt: skip
+    try:
+        assert checks == [smol_path] and checked == smol_path
+    finally:
+        lm.close()
+

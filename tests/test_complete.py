@@ -58,7 +58,7 @@ def no_model(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     `no_load`'s trap (test_cli), set on the vocabulary and the name lookup too."""
     request.getfixturevalue("no_load")
     trap = lookahead.cli.generate_cmd.load
-    monkeypatch.setattr(lookahead.cli.generate_cmd, "resolve_model", trap)
+    monkeypatch.setattr(lookahead.cli.generate_cmd, "locate", trap)
     monkeypatch.setattr(lookahead.cli.complete_cmd, "LlamaVocab", trap)
 
 

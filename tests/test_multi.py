@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead.core.control import ControlConfig, Controller, CostModel, FixedPolicy
+from lookahead.core.draft import Draft
 from lookahead.core.engine import Done, GenerationConfig, GenerationError, Result, Step, generate
 from lookahead.core.multi import Batch, run_batch
 from lookahead.core.sampling import SamplingConfig
@@ -265,3 +266,50 @@ def test_a_batched_loop_starts_at_the_count_the_cpu_probe_fits() -> None:
     threads = BatchThreads(ThreadGovernor(2, ClockedMulti.idle, load=Loaded()), batch, model.set_threads)  # type: ignore[arg-type]
     threads.begin()
     assert model.n_threads == 1 and batch.cost is threads.costs[1]  # before any step
+
+
+class NoisyOracle:
+    """Drafts the true greedy continuation, but with every `every`-th position wrong: long
+    drafts accepted in full until the wrong token, where the accept walk stops mid-path."""
+
+    def __init__(self, prompt: list[int], truth: list[int], every: int = 11) -> None:
+        future = [*prompt, *truth]
+        self.future = [(t + 1) % VOCAB if i >= len(prompt) and i % every == 0 else t for i, t in enumerate(future)]
+        self.n = 0
+
+    def observe(self, tokens) -> None:  # type: ignore[no-untyped-def]
+        self.n += len(list(tokens))
+
+    def propose(self, budget: int, max_depth: int, branches: int) -> Draft:
+        return Draft.chain(self.future[self.n : self.n + min(budget, max_depth)])
+
+
+def test_oracle_drafts_accept_many_tokens_a_step_stop_mid_path_and_prefill_in_chunks() -> None:
+    """Long prompts (several prefill chunks) and drafts that are right for several tokens, then
+    wrong: multi-token accepts, mid-path stops and chunked prefill all happen, in one batch,
+    and every request still writes plain greedy decoding's output."""
+    model = FakeMultiModel(slots=3, n_vocab=VOCAB, seed=1, n_ctx=3 * 256)
+    chunk, n_out = 16, 48
+    prompts = [prompt(i, 40 + 5 * i) for i in range(3)]  # 40-50 tokens: 3-4 chunks each
+    truths = [FakeModel(n_vocab=VOCAB, seed=1).greedy(p, n_out) for p in prompts]
+    batch = Batch(model, budget=24, chunk=chunk)
+    reqs = [
+        batch.add(p, GenerationConfig(max_tokens=n_out), NoisyOracle(p, t), FixedPolicy(8, budget=8))
+        for p, t in zip(prompts, truths, strict=True)
+    ]
+    steps: list[Step] = []
+    results: dict[int, Result] = {}
+    prefills: list[int] = []
+    while not batch.idle:
+        for req, event in batch.step():
+            if isinstance(event, Step):
+                steps.append(event)
+            elif isinstance(event, Done):
+                results[req.id] = event.result
+        prefills.append(batch.last.prefill)
+    assert [results[r.id].tokens for r in reqs] == truths
+    assert max(prefills) <= chunk and sum(1 for p in prefills if p) >= 6  # each prompt in several chunks
+    assert sum(1 for s in steps if s.accepted >= 2) >= 10  # multi-token accepts
+    assert any(0 < s.accepted < s.drafted for s in steps)  # the walk stopped mid-path
+    assert any(s.accepted == s.drafted == 8 for s in steps)  # and went to the end of a draft
+    assert model.n_used == 0

@@ -119,6 +119,18 @@ def test_a_hanging_child_is_ruled_out_by_the_timeout(
 
 
 @pytest.mark.model
+def test_finite_but_wrong_batched_logits_rule_a_candidate_out(
+    smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Garbage need not be NaN: batched logits that are finite but far from the one-token
+    ones fail the candidate too (the tolerance check), and the fallback is chosen."""
+    monkeypatch.setenv(probe.FAULT_ENV, "default=garbage")
+    verdict = choose(smol_path, tmp_path / "probe.json")
+    assert verdict.choice == "no-extra-bufts"
+    assert verdict.trials[0].detail.startswith("batched logits differ from one-token logits by")
+
+
+@pytest.mark.model
 def test_every_candidate_failing_is_one_line_and_caches_nothing(
     smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+import lookahead.api
 import lookahead.cli.serve_cmd
 from lookahead.cli.main import app
 from lookahead.server.background import free_port
@@ -37,7 +38,7 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
     def trap(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was resolved before the input was checked")
 
-    monkeypatch.setattr(lookahead.cli.serve_cmd, "resolve_model", trap)
+    monkeypatch.setattr(lookahead.api, "locate", trap)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from lookahead.api import Model, check_prompt_fits, load
+from lookahead.api import Model, check_prompt_fits, load, locate
 from lookahead.backend.llama import BackendConfig
 from lookahead.cli.live import LiveInfo, show, summary_line
 from lookahead.cli.models_cmd import _RichProgress
@@ -19,8 +19,7 @@ from lookahead.core.engine import Result
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.index.corpus import CorpusError
-from lookahead.models.catalog import default_cache_dir, resolve_model
-from lookahead.models.gguf import check_gguf
+from lookahead.models.catalog import default_cache_dir
 from lookahead.tuning.exact import EXACT_MIN_CTX
 
 
@@ -116,10 +115,9 @@ def open_model(
     `check` returned."""
     backend_cfg = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     with _RichProgress(err) as progress:
-        path = resolve_model(model, default_cache_dir(), progress)
-        check_gguf(path)
+        path = locate(model, default_cache_dir(), progress)
         checked = check(path)
-        lm = load(model, backend=backend_cfg, progress=progress)
+        lm = load(model, backend=backend_cfg, progress=progress, path=path)
     if lm.verdict is not None and not lm.verdict.is_default:
         failed = "; ".join(f"{t.candidate}: {t.detail}" for t in lm.verdict.trials if not t.ok)
         err.print(f"[dim]backend: {lm.verdict.candidate.description} ({failed})[/dim]", highlight=False)

@@ -15,8 +15,7 @@ from lookahead.backend.slots import MAX_SEQ
 from lookahead.cli.models_cmd import _RichProgress
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
-from lookahead.models.catalog import default_cache_dir, resolve_model
-from lookahead.models.gguf import check_gguf
+from lookahead.models.catalog import default_cache_dir
 
 MAX_SLOTS = MAX_SEQ // 2
 
@@ -92,7 +91,7 @@ def run_serve(
 ) -> int:
     import uvicorn
 
-    from lookahead.api import load
+    from lookahead.api import load, locate
     from lookahead.server import ServeConfig, create_app
 
     if not 1 <= port <= 65535:
@@ -134,10 +133,9 @@ def run_serve(
             highlight=False,
         )
     with _RichProgress(err) as progress:
-        path = resolve_model(model, default_cache_dir(), progress)
-        check_gguf(path)
+        path = locate(model, default_cache_dir(), progress)
     backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
-    app = create_app(config, lambda: load(path, backend=backend))
+    app = create_app(config, lambda: load(path, backend=backend, path=path))
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
     )

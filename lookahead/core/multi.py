@@ -3,7 +3,7 @@
 On a CPU a batch of n tokens costs far less than n one-token steps, so requests that run at
 the same time share each verify: every step is ONE decode holding each ready request's root
 token and its draft tree, each request in a slot of its own (its own sequence ids, KV cells
-and parked cells, see `lookahead.backend.multi`). Per request, the loop is the engine's
+and parked cells, see `lookahead.backend.slots`). Per request, the loop is the engine's
 (`lookahead.core.engine`): the same acceptance rule, its own sampler (so its own seeded stream),
 drafter, policy, stop strings, max_tokens and text stream. So each request writes exactly
 what it would write alone, given the same logits (on a batch-invariant model; with llama.cpp

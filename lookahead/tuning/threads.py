@@ -11,7 +11,7 @@ time so that it returns when the load goes away.
 Robust to outliers: a step's slowdown is its time over the idle cost of its batch
 size, and decisions read the median of the last `window` slowdowns of a thread count,
 which a few outliers (a page fault, one slow step) cannot move. Pure: it is fed sizes and
-seconds, and says which thread count to use; `Model` applies it to the backend and swaps
+seconds, and says which thread count to use; `MachineTuning` applies it to the backend and swaps
 the controller's cost model with it, one per thread count.
 """
 
@@ -203,7 +203,7 @@ class BatchThreads:
     """The governor for a batched loop (`generate_many`, `serve --parallel`): fed each
     batched verify's size and seconds (`Batch.after_verify`), it sets the thread count of
     the multi-slot context (`set_threads`) and gives the batch a cost model per count, as
-    `Model` does for one generation at a time. A count's model starts from what the batch
+    `MachineTuning` does for one generation at a time. A count's model starts from what the batch
     measured so far, then learns from that count's own steps."""
 
     def __init__(self, governor: ThreadGovernor, batch: _Stepping, set_threads: Callable[[int], None]) -> None:
