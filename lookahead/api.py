@@ -22,7 +22,7 @@ from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig, DraftState
 from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
 from lookahead.core.exactness import exact_batch_limit
-from lookahead.core.multi import Batch, Request
+from lookahead.core.multi import Batch, BatchRequest
 from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
 from lookahead.models import catalog as models
@@ -289,7 +289,7 @@ class Model:
         sampling: SamplingConfig | None = None,
         draft: DraftConfig | None = None,
         sources: Sequence[DraftSource] = (),
-    ) -> Request:
+    ) -> BatchRequest:
         """Queue one generation on `batch` (see `lookahead.core.multi`), with the drafter and
         policy `stream` would build for it alone. `draft.exact`'s batch-size cap is not
         applied: bit-identity is claimed for one request at a time only."""

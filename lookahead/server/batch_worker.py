@@ -21,7 +21,7 @@ from lookahead.api import Model
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
-from lookahead.core.multi import Request
+from lookahead.core.multi import BatchRequest
 from lookahead.errors import LookaheadError
 from lookahead.server.metrics import Metrics
 from lookahead.server.worker import END, Job, QueueFull, ShuttingDown
@@ -41,7 +41,7 @@ class BatchWorker:
         self.n_ctx = self.slots.slot_ctx  # what one request may use
         # a busy machine: fewer threads while faster (the batch's own thread governor)
         self.batch = model.new_batch(self.slots, draft or DraftConfig())
-        self._req_of: dict[int, Request] = {}  # id(job) -> its request
+        self._req_of: dict[int, BatchRequest] = {}  # id(job) -> its request
         self._waiting: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
         self._cv = threading.Condition()
@@ -126,7 +126,7 @@ class BatchWorker:
         self._started[req.id] = time.perf_counter()
         self._req_of[id(job)] = req
 
-    def _request(self, job: Job) -> Request:
+    def _request(self, job: Job) -> BatchRequest:
         """The job as a batch request: the pieces `Model.stream` builds for one generation."""
         return self.model.add_to(
             self.batch,
