@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lookahead.backend.base import LogitRows
-from lookahead.backend.kv_cache import KVSlot
+from lookahead.backend.kv_cache import KVSlot, common_prefix
 from lookahead.backend.llama import LlamaBackend
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
@@ -58,6 +58,10 @@ class LlamaSlots:
         b = self.max_branches
         self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
         self._busy = [False] * slots
+        self._last_use = [0] * slots  # when each slot was last taken (least recently used first)
+        self._uses = 0
+        self.cache_hits = 0  # requests that reused cached cells
+        self.tokens_cached = 0  # prompt tokens they did not decode again
 
     def close(self) -> None:
         self._kv.close()
@@ -92,14 +96,31 @@ class LlamaSlots:
         """Whether llama.cpp still holds a cell of any of the slot's ids (tests: no leaks)."""
         return self._slots[slot].holds_cells()
 
-    def acquire(self) -> int:
-        """A free slot, emptied; BackendError if none is free."""
-        for k in range(self.slots):
-            if not self._busy[k]:
-                self._busy[k] = True
-                self._slots[k].clear()
-                return k
-        raise BackendError("every slot is in use")
+    def best_slot(self, tokens: Sequence[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with `tokens` (ties and
+        no match: the least recently used); BackendError if none is free."""
+        free = [k for k in range(self.slots) if not self._busy[k]]
+        if not free:
+            raise BackendError("every slot is in use")
+        return max(free, key=lambda k: (common_prefix(self._slots[k].cache_tokens, tokens), -self._last_use[k]))
+
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+        """Take a free slot for a request whose committed prompt will be `tokens`: with
+        `cache`, the one sharing the longest prefix, keeping those cells (`KVSlot.reuse`);
+        else the least recently used, emptied. Returns (slot, tokens kept)."""
+        k = self.best_slot(tokens if cache else ())
+        self._busy[k] = True
+        self._uses += 1
+        self._last_use[k] = self._uses
+        s = self._slots[k]
+        if not cache:
+            s.clear()
+            return k, 0
+        kept = s.reuse(tokens)
+        if kept:
+            self.cache_hits += 1
+            self.tokens_cached += kept
+        return k, kept
 
     def release(self, slot: int, keep: bool = False) -> None:
         """Give the slot back: its cells freed, or with `keep` left for the prompt cache."""

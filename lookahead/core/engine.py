@@ -60,8 +60,13 @@ def generate(
     node_cap: Callable[[int], int] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     after_verify: Callable[[int, float], None] | None = None,
+    cache_prompt: bool = False,
 ) -> Iterator[Event]:
     """Generate from `prompt` tokens; yields a Step per verify step, then Done.
+
+    With `cache_prompt`, the cells the verifier holds for the longest common prefix of its
+    cache and the prompt are kept and only the rest is prefilled (`Stats.tokens_cached`
+    counts them); the last prompt token, the first root, is always decoded.
 
     `node_cap(cells in use)`, if given, bounds the draft nodes verified in a step (the
     exact mode's bit-identical batch sizes depend on the cache size). Once it is 0 both
@@ -74,7 +79,7 @@ def generate(
     cannot be served raises GenerationError here, before the first event is asked for.
     """
     check_prompt(prompt, verifier.n_ctx)
-    return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify)
+    return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify, cache_prompt)
 
 
 def _may_pay(policy: Policy, nodes: int) -> bool:
@@ -95,6 +100,7 @@ def _run(
     node_cap: Callable[[int], int] | None,
     clock: Callable[[], float],
     after_verify: Callable[[int, float], None] | None = None,
+    cache_prompt: bool = False,
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
@@ -102,9 +108,14 @@ def _run(
         policy.begin()
     req = Request(prompt, config, drafter, policy)
 
-    verifier.reset()
+    if cache_prompt:
+        kept = verifier.reuse(prompt[:-1])
+    else:
+        verifier.reset()
+        kept = 0
+    req.stats.tokens_cached = kept
     t0 = clock()
-    verifier.prefill(np.asarray(prompt[:-1], dtype=np.int32))
+    verifier.prefill(np.asarray(prompt[kept:-1], dtype=np.int32))
     req.stats.prefill_s = clock() - t0
     req.start(clock)
 

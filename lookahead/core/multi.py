@@ -11,8 +11,10 @@ what it would write alone, given the same logits (on a batch-invariant model; wi
 several requests interleave their cells, so bit-identity is only claimed for one request).
 
 Between steps, requests join (prefill in chunks of at most `chunk` tokens per step, so a long
-prompt does not stall the others for long) and leave: a finished or cancelled request frees
-its slot's cells at once. Which draft nodes go into a step is decided for the whole batch
+prompt does not stall the others for long; with the prompt cache, into the free slot whose
+cells share the longest prefix with the prompt, only the rest prefilled) and leave: a
+finished or cancelled request frees its slot's cells at once, or leaves them cached. Which
+draft nodes go into a step is decided for the whole batch
 (`lookahead.core.allocate`).
 """
 
@@ -56,12 +58,15 @@ class MultiVerifier(Protocol):
     @property
     def n_used(self) -> int: ...
 
-    def acquire(self) -> int:
-        """A free slot (its cache empty); BackendError if none is free."""
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+        """A free slot for a request whose committed prompt will be `tokens`; with `cache`
+        the one whose cells share the longest prefix with them, those cells kept; else one
+        emptied. Returns (slot, tokens kept); BackendError if none is free."""
         ...
 
-    def release(self, slot: int) -> None:
-        """Free every cell of `slot` (committed, draft and parked) and the slot itself."""
+    def release(self, slot: int, keep: bool = False) -> None:
+        """Give `slot` back: every cell freed (committed, draft and parked), or with `keep`
+        its committed cells left for the prompt cache."""
         ...
 
     def slot_past(self, slot: int) -> int: ...
@@ -96,6 +101,7 @@ class BatchRequest(Request):
         self.slot = -1  # -1: waiting for a slot
         self.prefilled = 0  # prompt tokens (of prompt[:-1]) in the slot's cache so far
         self.started = False  # prefill done, drafter told the prompt
+        self.cache_prompt = False  # reuse a slot's cached prefix, and leave the cells cached after
 
     @property
     def ready(self) -> bool:
@@ -170,8 +176,11 @@ class Batch:
         config: GenerationConfig,
         drafter: Drafter | None = None,
         policy: Policy | None = None,
+        cache_prompt: bool = False,
     ) -> BatchRequest:
-        """Queue a generation; it joins at the next step with a free slot.
+        """Queue a generation; it joins at the next step with a free slot (with
+        `cache_prompt`, the free slot whose cache shares the longest prefix with the prompt:
+        those cells are kept, and the request's are left cached when it ends).
 
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
@@ -179,6 +188,7 @@ class Batch:
         if isinstance(policy, Controller):
             policy = own_controller(policy)
         req = BatchRequest(next(self._ids), prompt, config, drafter, policy or FixedPolicy(0))
+        req.cache_prompt = cache_prompt
         self.waiting.append(req)
         return req
 
@@ -188,7 +198,7 @@ class Batch:
             self.waiting.remove(req)
         if req in self.active:
             self.active.remove(req)
-            self.verifier.release(req.slot)
+            self.verifier.release(req.slot, keep=req.cache_prompt)
         req.done = True
 
     def close(self) -> None:
@@ -202,7 +212,8 @@ class Batch:
         v = self.verifier
         while self.waiting and self.free_slots > 0:
             req = self.waiting.popleft()
-            req.slot = v.acquire()
+            req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
+            req.stats.tokens_cached = req.prefilled
             self.active.append(req)
         info = StepInfo()
         self._prefill(info)
@@ -286,7 +297,7 @@ class Batch:
         out: list[tuple[BatchRequest, Event]] = [(req, step)]
         if done is not None:
             self.active.remove(req)
-            v.release(req.slot)  # free its cells now: the others go on
+            v.release(req.slot, keep=req.cache_prompt)  # its cells go now (or stay cached)
             out.append((req, done))
         return out
 

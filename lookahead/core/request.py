@@ -87,6 +87,7 @@ class Stats:
     drafted: int = 0
     accepted: int = 0
     prefill_s: float = 0.0
+    tokens_cached: int = 0  # prompt tokens whose KV cells were reused from the prompt cache
     decode_s: float = 0.0
     k_trace: list[int] = field(default_factory=list)  # nodes verified, per step
 

@@ -136,6 +136,7 @@ class BatchWorker:
             sampling=job.sampling,
             draft=job.draft,
             sources=job.sources,
+            cache_prompt=job.cache_prompt,
         )
 
     def _drop_cancelled(self) -> None:

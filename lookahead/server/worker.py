@@ -2,8 +2,10 @@
 
 The engine is a plain (blocking) generator; it runs on this thread, and each event goes
 to the request's asyncio queue through `call_soon_threadsafe`. A request that goes away
-sets `cancelled`: the thread notices between two verify steps, closes the generator and
-clears the KV cache, so the next request starts within one step. A failure in one
+sets `cancelled`: the thread notices between two verify steps and closes the generator, so
+the next request starts within one step. A request with `cache_prompt` leaves its KV cells:
+the next one keeps those of the prefix it shares with them and frees the rest; any other
+frees every cell when it ends. A failure in one
 generation is that request's error, never the thread's end.
 """
 
@@ -54,6 +56,9 @@ class Job:
     sources: Sequence[DraftSource]
     loop: asyncio.AbstractEventLoop
     on_done: Callable[[Job, Result], None] | None = None
+    # reuse the KV cells of a prefix shared with an earlier request, and leave this one's
+    # cells cached when it ends (off: a cold start, and every cell freed at the end)
+    cache_prompt: bool = False
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -146,6 +151,7 @@ class Worker:
                 sampling=job.sampling,
                 draft=job.draft,
                 sources=job.sources,
+                cache_prompt=job.cache_prompt,
             )
             for event in events:
                 if job.cancelled.is_set():
@@ -157,15 +163,20 @@ class Worker:
                     if job.on_done is not None:
                         job.on_done(job, event.result)
         except LookaheadError as exc:
+            self.model.backend.reset()  # the cache may be mid-step: free every cell
             job.emit(exc)
         except Exception as exc:  # a bug: this request fails, the service goes on
             log.exception("generation failed")
+            self.model.backend.reset()
             job.emit(exc)
         finally:
-            close = getattr(events, "close", None)  # a generator: end it where it stopped
+            # a generator: end it where it stopped (between steps, so the cells it committed
+            # stay consistent and cached for the next request's prompt)
+            close = getattr(events, "close", None)
             if close is not None:
                 close()
-            self.model.backend.reset()  # free every KV cell, parked ones too
+            if not job.cache_prompt:
+                self.model.backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             seconds = time.perf_counter() - t0
             self._mean_s += 0.2 * (seconds - self._mean_s)
