@@ -15,7 +15,7 @@ import ctypes
 import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from lookahead.backend.base import Logits
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
-from lookahead.errors import BackendError, ConfigError
+from lookahead.errors import BackendError, ConfigError, Interrupted
 
 
 @dataclass(frozen=True)
@@ -361,6 +361,9 @@ class LlamaBackend(LlamaVocab):
         self.n_batch = config.n_batch
         self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
         self._slot = KVSlot(self._kv, 0, self.max_branches, self.n_ctx)
+        # asked before each prefill chunk: True stops the prefill with Interrupted (a service
+        # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
+        self.interrupt: Callable[[], bool] | None = None
 
     def new_kv(self, n_seq_max: int, threads: int | None = None) -> KVContext:
         """A context of its own on this model's weights (no second copy of the model), with
@@ -424,6 +427,8 @@ class LlamaBackend(LlamaVocab):
         if self.n_used + len(tokens) + 1 > self.n_ctx:
             raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
         for lo in range(0, len(tokens), self.n_batch):
+            if self.interrupt is not None and self.interrupt():
+                raise Interrupted(f"prefill stopped after {lo} of {len(tokens)} tokens")
             chunk = tokens[lo : lo + self.n_batch]
             self._slot.put_prefill(self._batch, 0, chunk)
             self._decode(len(chunk))

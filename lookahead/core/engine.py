@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from lookahead.backend.base import Verifier
-from lookahead.core.control import Controller, FixedPolicy
+from lookahead.core.control import FixedPolicy
 from lookahead.core.draft import Draft
 from lookahead.core.request import (
     Done,
@@ -88,7 +88,7 @@ def _may_pay(policy: Policy, nodes: int) -> bool:
     cap on a CPU where a batch of 2 costs twice one token leaves no such draft)."""
     if nodes <= 0:
         return False
-    return policy.could_pay(nodes) if isinstance(policy, Controller) else True
+    return policy.could_pay(nodes)
 
 
 def _run(
@@ -104,8 +104,7 @@ def _run(
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
-    if isinstance(policy, Controller):
-        policy.begin()
+    policy.begin()
     req = Request(prompt, config, drafter, policy)
 
     if cache_prompt:

@@ -20,6 +20,7 @@ import numpy as np
 from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
 from lookahead.core.draft import Draft
+from lookahead.core.policy import Policy
 from lookahead.core.sampling import Sampler, SamplingConfig
 from lookahead.core.text import TextStream
 from lookahead.errors import UserError
@@ -44,26 +45,6 @@ class Drafter(Protocol):
     def observe(self, tokens: Sequence[int]) -> None: ...
 
     def propose(self, budget: int, max_depth: int, branches: int) -> Draft: ...
-
-
-class Policy(Protocol):
-    """Chooses how much of each draft to verify (the adaptive controller, or a fixed K)."""
-
-    @property
-    def budget(self) -> int: ...  # nodes to ask the drafter for
-
-    @property
-    def max_depth(self) -> int: ...
-
-    @property
-    def branches(self) -> int: ...
-
-    @property
-    def alpha(self) -> float: ...
-
-    def choose(self, draft: Draft) -> int: ...
-
-    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
