@@ -232,15 +232,16 @@ class LlamaVocab:
         return h.hexdigest()[:16]
 
 
-def _new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int) -> Any:
+def _new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int, unified: bool = True) -> Any:
     """A llama.cpp context on loaded weights: one unified KV cache of `config.n_ctx` cells
-    shared by `n_seq_max` sequence ids, batches of up to `config.n_batch` tokens."""
+    shared by `n_seq_max` sequence ids (not `unified`: one stream of n_ctx / n_seq_max cells
+    per sequence id, and no batch entry may carry two ids), batches of `config.n_batch`."""
     cparams = ll.llama_context_default_params()
     cparams.n_ctx = config.n_ctx
     cparams.n_batch = config.n_batch
     cparams.n_ubatch = config.n_batch
     cparams.n_seq_max = n_seq_max
-    cparams.kv_unified = True
+    cparams.kv_unified = unified
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
     cparams.no_perf = True
@@ -258,8 +259,10 @@ class KVContext:
     decode a batch, read its logits rows, and the llama_memory_seq_* calls. Made by
     `LlamaBackend` (its own context, and `new_kv` for a multi-slot one on the same weights)."""
 
-    def __init__(self, model: Any, config: BackendConfig, n_seq_max: int, threads: int, n_vocab: int) -> None:
-        self._ctx = _new_context(model, config, n_seq_max, threads)
+    def __init__(
+        self, model: Any, config: BackendConfig, n_seq_max: int, threads: int, n_vocab: int, unified: bool = True
+    ) -> None:
+        self._ctx = _new_context(model, config, n_seq_max, threads, unified)
         self.n_threads = threads
         self._mem = ll.llama_get_memory(self._ctx)
         self.n_ctx = int(ll.llama_n_ctx(self._ctx))
@@ -338,10 +341,10 @@ class LlamaBackend(LlamaVocab):
         # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
         self.interrupt: Callable[[], bool] | None = None
 
-    def new_kv(self, n_seq_max: int, threads: int | None = None) -> KVContext:
+    def new_kv(self, n_seq_max: int, threads: int | None = None, unified: bool = True) -> KVContext:
         """A context of its own on this model's weights (no second copy of the model), with
-        this backend's configuration, for `n_seq_max` sequence ids."""
-        return KVContext(self._model, self.config, n_seq_max, threads or self.n_threads, self.n_vocab)
+        this backend's configuration, for `n_seq_max` sequence ids (see `_new_context`)."""
+        return KVContext(self._model, self.config, n_seq_max, threads or self.n_threads, self.n_vocab, unified)
 
     def close(self) -> None:
         kv = getattr(self, "_kv", None)

@@ -14,6 +14,11 @@ Exactness: with one slot in use this is `LlamaBackend`'s cell order, so `--exact
 bit-identity holds as there. With several, the slots' cells interleave in the cache and
 flash attention sums them in a different order than a request alone would see: logits may
 move by rounding, so bit-identity with a request run alone is only claimed for one request.
+With `separate`, each slot is one KV stream of its own (llama.cpp's `kv_unified = false`):
+its cells keep a request's solo order whatever its neighbours do, so on a batch-invariant
+model each request writes its solo output, drafts on. The price: llama.cpp refuses a batch
+entry carrying two sequence ids in that mode, so drafts are chains (one branch per slot, no
+trees; a chain never parks, so no park id either).
 
 The context shares the weights of a loaded `LlamaBackend` (no second copy of the model);
 its llama.cpp calls go through the `KVContext` the backend makes (only llama.py imports
@@ -41,22 +46,30 @@ MAX_SEQ = 64
 class LlamaSlots:
     """`slots` generations in one llama.cpp context on `backend`'s weights."""
 
-    def __init__(self, backend: LlamaBackend, slots: int) -> None:
+    def __init__(self, backend: LlamaBackend, slots: int, separate: bool = False) -> None:
         if not 1 <= slots <= MAX_SEQ // 2:
             raise ConfigError(f"slots must be in 1..{MAX_SEQ // 2}, got {slots}")
         config = backend.config
         self.vocab = backend
         self.slots = slots
-        self.max_branches = max(1, min(config.max_branches, config.n_batch - 1, MAX_SEQ // slots - 1))
-        n_seq = slots * (self.max_branches + 1)
-        self._kv = backend.new_kv(n_seq)
+        self.separate = separate
+        if separate:  # one KV stream per slot: chain drafts, no park id (see the docstring)
+            self.max_branches = 1
+            n_seq = slots
+        else:
+            self.max_branches = max(1, min(config.max_branches, config.n_batch - 1, MAX_SEQ // slots - 1))
+            n_seq = slots * (self.max_branches + 1)
+        self._kv = backend.new_kv(n_seq, unified=not separate)
         self.n_vocab = backend.n_vocab
         self.n_ctx = self._kv.n_ctx
         self.slot_ctx = self.n_ctx // slots
         self.n_batch = config.n_batch
         self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
         b = self.max_branches
-        self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
+        if separate:
+            self._slots = [KVSlot(self._kv, k, 1, self.slot_ctx, park=False) for k in range(slots)]
+        else:
+            self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
         self._busy = [False] * slots
         self._last_use = [0] * slots  # when each slot was last taken (least recently used first)
         self._uses = 0
