@@ -66,7 +66,7 @@ def run_one(model: Model, method: str, task: Task, max_tokens: int, costs: Costs
     else:
         _pin(model, 1 if method.endswith("@1") else full, costs)
     draft = DraftConfig(enabled=not method.startswith("plain"))
-    r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft)
+    r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft, cache_prompt=False)
     gov = model.tuning.governor
     return {
         "decode_s": r.stats.decode_s,

@@ -121,7 +121,7 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
         # once made one summary draft 11 nodes where a new process drafts 5.
         model.tuning.calibrate()
         t0 = time.perf_counter()
-        m = timed(model.stream(task.prompt, tokens=tokens, max_tokens=max_tokens, draft=config), t0)
+        m = timed(model.stream(task.prompt, tokens=tokens, max_tokens=max_tokens, draft=config, cache_prompt=False), t0)
         gov = model.tuning.governor  # calibrate() made it for this run
         if gov is not None and model.tuning.adapt_threads and not config.exact:
             # a switch to fewer threads slows every step while it lasts: on a noisy machine

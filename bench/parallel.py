@@ -95,7 +95,7 @@ def run_serial(model: Model, queues: list[list[Task]], max_tokens: int, drafts: 
     for task in order:
         stamps: list[float] = []
         draft = DRAFTS if drafts else PLAIN
-        for event in model.stream(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft):
+        for event in model.stream(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft, cache_prompt=False):
             if isinstance(event, Step) and event.tokens:
                 stamps.append(time.perf_counter())
             elif isinstance(event, Done):
@@ -134,7 +134,9 @@ def run_batched(
                 return
             task = pending[client].popleft()
             prompt = model.prompt_tokens(task.prompt, chat=task.chat)
-            req = model.add_to(batch, prompt, max_tokens=max_tokens, draft=config if drafts else PLAIN)
+            req = model.add_to(
+                batch, prompt, max_tokens=max_tokens, draft=config if drafts else PLAIN, cache_prompt=False
+            )
             owner[req.id] = (client, task.kind)
             stamps[req.id] = []
 

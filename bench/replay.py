@@ -133,7 +133,9 @@ def record(model: lookahead.Model, tasks: list[Task], max_tokens: int, path: Pat
     old = json.loads(path.read_text()).get("runs", []) if path.exists() else []
     runs = [r for r in old if r["task"] not in ids]
     for task in tasks:
-        r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=DraftConfig(enabled=False))
+        r = model.generate(
+            task.prompt, chat=task.chat, max_tokens=max_tokens, draft=DraftConfig(enabled=False), cache_prompt=False
+        )
         runs.append({"task": task.id, "kind": task.kind, "method": "plain", "repeat": 0, "tokens": r.tokens})
         print(f"recorded {task.id}: {len(r.tokens)} tokens", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)

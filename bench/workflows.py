@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             methods2 = [("plain", PLAIN), ("drafts", DRAFTS)]
             k = (rep + i) % 2
             for name, draft in methods2[k:] + methods2[:k]:
-                res = model.generate(prompt, chat=True, max_tokens=args.report_tokens, draft=draft)
+                res = model.generate(prompt, chat=True, max_tokens=args.report_tokens, draft=draft, cache_prompt=False)
                 records.append({"kind": "report", "id": rid, "method": name, "repeat": rep, **measure(res)})
         print(f"repeat {rep + 1}/{args.repeats} done", flush=True)
 

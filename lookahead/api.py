@@ -16,7 +16,7 @@ from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, bui
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig, DraftState
 from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
-from lookahead.core.multi import Batch, Request
+from lookahead.core.multi import Batch, BatchRequest
 from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
 from lookahead.models import catalog as models
@@ -77,23 +77,33 @@ class Model:
         draft: DraftConfig | None = None,
         sources: Sequence[DraftSource] = (),
         tokens: Sequence[int] | None = None,
+        cache_prompt: bool = True,
     ) -> Iterator[Event]:
         """Generate, yielding a Step per verify step and a final Done with the Result.
 
         `sources`: draft sources for this generation only, beside the usual indexes (the
         server's predicted output and its memory of earlier requests). `tokens`: the
         prompt already tokenized (by `prompt_tokens`); `prompt` and `chat` are then unused.
+        `cache_prompt`: keep the KV cells of what this prompt shares with the last
+        generation's tokens and prefill only the rest (`Result.stats.tokens_cached`); not in
+        exact mode, whose promise is a cold start's output bit for bit.
         """
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
         tokens = list(tokens) if tokens is not None else self.prompt_tokens(prompt, chat)
         hook = self.tuning.prepare(draft)
         if not draft.enabled:
-            return generate(self.backend, tokens, config, after_verify=hook)
+            return generate(self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt)
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.tuning.exact_cap() if draft.exact else None
-        return generate(self.backend, tokens, config, drafter, policy, cap, after_verify=hook)
+        # exact mode starts cold: a cell's K/V depends on the batch it was decoded in (the
+        # same prompt prefilled in two chunks instead of one moved SmolLM2's next logits by
+        # up to 1.0), so only a cold start's prefill gives a cold start's output bit for bit
+        cache_prompt = cache_prompt and not draft.exact
+        return generate(
+            self.backend, tokens, config, drafter, policy, cap, after_verify=hook, cache_prompt=cache_prompt
+        )
 
     def add_to(
         self,
@@ -105,18 +115,22 @@ class Model:
         sampling: SamplingConfig | None = None,
         draft: DraftConfig | None = None,
         sources: Sequence[DraftSource] = (),
-    ) -> Request:
+        cache_prompt: bool = True,
+    ) -> BatchRequest:
         """Queue one generation on `batch` (see `lookahead.core.multi`), with the drafter and
         policy `stream` would build for it alone. `draft.exact`'s batch-size cap is not
-        applied: bit-identity is claimed for one request at a time only."""
+        applied: bit-identity is claimed for one request at a time only. `cache_prompt`:
+        the request goes to the free slot whose cache shares the longest prefix with its
+        prompt, prefills only the rest, and leaves its cells cached when it ends."""
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
+        cache_prompt = cache_prompt and not draft.exact  # as in `stream`
         if not draft.enabled:
-            return batch.add(tokens, config)
+            return batch.add(tokens, config, cache_prompt=cache_prompt)
         if draft.adaptive:
             self.tuning.ensure_calibrated()
         drafter = self.drafting.drafter(draft, extra=sources)
-        return batch.add(tokens, config, drafter, self.drafting.policy(draft))
+        return batch.add(tokens, config, drafter, self.drafting.policy(draft), cache_prompt=cache_prompt)
 
     def generate_many(
         self,
@@ -141,7 +155,7 @@ class Model:
             ids = [
                 self.add_to(
                     batch, self.prompt_tokens(p, chat), max_tokens=max_tokens, stop=stop, sampling=sampling,
-                    draft=draft,
+                    draft=draft, cache_prompt=False,
                 ).id
                 for p in prompts
             ]

@@ -47,6 +47,7 @@ class FakeModel:
         self.ctx: list[int] = []
         self.parked = 0
         self.verified: list[int] = []  # nodes per verify call (for tests)
+        self.prefilled = 0  # prompt tokens prefilled, ever (for tests of the prompt cache)
 
     def greedy(self, tokens: Sequence[int], n: int) -> list[int]:
         """The next `n` tokens of plain greedy decoding after `tokens`, end tokens or not."""
@@ -79,7 +80,19 @@ class FakeModel:
         self.ctx = []
         self.parked = 0
 
+    def reuse(self, tokens: Sequence[int]) -> int:
+        """LlamaBackend's prompt cache rule (`KVSlot.reuse`) on the fake cache."""
+        k = 0
+        while k < min(len(self.ctx), len(tokens)) and self.ctx[k] == tokens[k]:
+            k += 1
+        if k == 0 or self.parked > k or self.parked + len(tokens) + 1 > self.n_ctx:
+            self.reset()
+            return 0
+        del self.ctx[k:]
+        return k
+
     def prefill(self, tokens: TokenArray) -> None:
+        self.prefilled += len(tokens)
         if self.n_past + len(tokens) + 1 > self.n_ctx:
             raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
         self.ctx.extend(int(t) for t in tokens)
@@ -197,6 +210,8 @@ class FakeMultiModel:
         self.ctx: dict[int, list[int]] = {}
         self.parked: dict[int, int] = {}
         self._pending: dict[int, tuple[int, TreeLayout]] = {}  # slot -> (root, layout)
+        self.kept: dict[int, list[int]] = {}  # free slot -> tokens its cells keep (prompt cache)
+        self.kept_parked: dict[int, int] = {}
         self.max_used = 0
         self.steps: list[int] = []
 
@@ -204,17 +219,32 @@ class FakeMultiModel:
     def n_used(self) -> int:
         return sum(self.slot_used(s) for s in self.ctx)
 
-    def acquire(self) -> int:
-        for s in range(self.slots):
-            if s not in self.ctx:
-                self.ctx[s] = []
-                self.parked[s] = 0
-                return s
-        raise BackendError("no free slot")
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+        """A free slot: with `cache`, the one whose kept tokens share the longest prefix
+        with `tokens` (those kept), else the lowest free one, emptied."""
+        free = [s for s in range(self.slots) if s not in self.ctx]
+        if not free:
+            raise BackendError("no free slot")
 
-    def release(self, slot: int) -> None:
+        def shared(s: int) -> int:
+            old = self.kept.get(s, [])
+            k = 0
+            while k < min(len(old), len(tokens)) and old[k] == tokens[k]:
+                k += 1
+            return k
+
+        slot = max(free, key=lambda s: (shared(s), -s)) if cache else free[0]
+        k = shared(slot) if cache else 0
+        self.ctx[slot] = self.kept.pop(slot, [])[:k]
+        self.parked[slot] = self.kept_parked.pop(slot, 0) if k else 0
+        return slot, k
+
+    def release(self, slot: int, keep: bool = False) -> None:
         if slot not in self.ctx:
             raise BackendError(f"slot {slot} is not in use")
+        if keep:
+            self.kept[slot] = self.ctx[slot]
+            self.kept_parked[slot] = self.parked[slot]
         del self.ctx[slot]
         del self.parked[slot]
         self._pending.pop(slot, None)

@@ -105,7 +105,7 @@ def test_measure_cost_keeps_the_fastest_round(backend, monkeypatch) -> None:
     """Other processes only add time: a round slowed by them must not raise the estimate.
     A scripted clock makes each decode take 10, 30 or 20 ms by round (the first round only
     warms up, at 90 ms); the result is the 10 ms round, for every size."""
-    from lookahead.backend import llama as llama_mod
+    from lookahead.backend import decode_cost
 
     round_ms = iter([90, 90, 10, 10, 30, 30, 20, 20])  # 2 sizes per round
     now = [0.0]
@@ -120,7 +120,7 @@ def test_measure_cost_keeps_the_fastest_round(backend, monkeypatch) -> None:
         return now[0]
 
     monkeypatch.setattr(backend, "_decode", lambda n: None)
-    monkeypatch.setattr(llama_mod.time, "perf_counter", clock)
+    monkeypatch.setattr(decode_cost.time, "perf_counter", clock)
     backend.reset()
     costs = backend.measure_cost((1, 2), repeats=3)
     assert costs == {1: pytest.approx(0.010), 2: pytest.approx(0.010)}

@@ -164,3 +164,26 @@ def test_common_prefix() -> None:
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert common_prefix([1, 2], [1, 2, 3]) == 2
     assert common_prefix([5], [6]) == 0
+
+
+def test_a_slot_without_a_park_id_drafts_chains_and_never_parks() -> None:
+    """One KV stream per sequence (llama.cpp's kv_unified off) allows no cell shared by two
+    ids: a slot of one branch and no park id still keeps every invariant."""
+    rng = np.random.default_rng(3)
+    cells = Cells(1024)
+    slot = KVSlot(cells, 2, 1, 1024, park=False)
+    batch = BatchArrays(16, 1)
+    prefill(cells, slot, batch, rng.integers(0, 50, 10).tolist())
+    for _ in range(30):
+        chain = Draft.chain(rng.integers(0, 50, int(rng.integers(0, 6))).tolist())
+        slot.put_verify(batch, 0, int(rng.integers(0, 50)), chain)
+        assert all(batch.n_seq_id[: len(chain) + 1] == 1)  # no entry carries two ids
+        cells.decode(batch, len(chain) + 1)
+        slot.commit(chain, list(range(int(rng.integers(0, len(chain) + 1)))))
+        check(cells, slot)
+    assert slot.parked == 0
+    assert slot.reuse(slot.cache_tokens[:5]) == 5
+    slot.clear()
+    assert not slot.holds_cells()
+    with pytest.raises(ValueError, match="chains only"):
+        KVSlot(cells, 0, 2, 1024, park=False)

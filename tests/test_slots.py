@@ -34,11 +34,11 @@ N = 24
 NEAR_TIE = 0.3
 
 
-def run_together(model: Any, drafts: bool) -> tuple[dict[str, list[int]], list[int]]:
+def run_together(model: Any, drafts: bool, separate: bool = False) -> tuple[dict[str, list[int]], list[int]]:
     from lookahead.backend.slots import LlamaSlots
     from lookahead.core.multi import Batch
 
-    slots = LlamaSlots(model.backend, 4)
+    slots = LlamaSlots(model.backend, 4, separate=separate)
     try:
         batch = Batch(slots, budget=16, chunk=8)
         names = {}
@@ -104,3 +104,11 @@ def test_generate_many_returns_each_prompts_solo_result_in_order(smol_model: Any
     alone = [smol_model.generate(p, max_tokens=12, draft=plain) for p in prompts]
     assert [r.tokens for r in many] == [r.tokens for r in alone]
     assert [r.text for r in many] == [r.text for r in alone]
+
+
+def test_separate_kv_streams_keep_every_drafted_request_equal_to_its_solo_output(smol_model: Any) -> None:
+    """One KV stream per slot (kv_unified off): a request's cells keep their solo order
+    whatever its neighbours accept, so with drafts on each output equals its solo one."""
+    alone = solo(smol_model)
+    together, _ = run_together(smol_model, drafts=True, separate=True)
+    assert together == alone

@@ -6,6 +6,7 @@ distributions can prove the acceptance rule exact, and a second real backend cou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -52,6 +53,12 @@ class Verifier(Protocol):
 
     def reset(self) -> None:
         """Forget everything in the KV cache."""
+        ...
+
+    def reuse(self, tokens: Sequence[int]) -> int:
+        """The prompt cache: keep the committed cells of the longest common prefix of the
+        cache and `tokens`, drop every other cell it may; returns the count kept (0: the
+        cache is empty)."""
         ...
 
     def prefill(self, tokens: TokenArray) -> None:

@@ -112,11 +112,15 @@ class KVSlot:
     until `commit`.
     """
 
-    def __init__(self, kv: KVOps, base: int, branches: int, capacity: int) -> None:
+    def __init__(self, kv: KVOps, base: int, branches: int, capacity: int, park: bool = True) -> None:
+        if not park and branches != 1:
+            raise ValueError("a slot without a park id drafts chains only (one branch id)")
         self.kv = kv
         self.base = base
         self.branches = branches
-        self.park = base + branches
+        # a chain's rejected cells all lie after the kept ones: one branch never parks, so
+        # a slot of one branch may go without the park id (one KV stream per sequence)
+        self.park = base + branches if park else -1
         self.ids = np.arange(base, base + branches, dtype=np.int32)
         self.capacity = capacity
         self.n_past = 0
@@ -124,6 +128,9 @@ class KVSlot:
         self.cache_tokens: list[int] = []  # the tokens of the committed cells, in order
         self.layout: TreeLayout | None = None  # the last verify's tree (None: root alone)
         self.root = 0  # the last verify's root
+
+    def _own_ids(self) -> list[int]:
+        return [*self.ids.tolist(), *([self.park] if self.park >= 0 else [])]
 
     @property
     def n_used(self) -> int:
@@ -139,17 +146,17 @@ class KVSlot:
 
     def clear(self) -> None:
         """Free every cell of the slot's ids (committed, draft and parked)."""
-        for seq in [*self.ids.tolist(), self.park]:
+        for seq in self._own_ids():
             self.kv.seq_rm(int(seq), -1, -1)
         self.forget()
 
     def holds_cells(self) -> bool:
         """Whether llama.cpp still holds a cell of any of the slot's ids."""
-        return any(self.kv.seq_pos_max(int(q)) >= 0 for q in [*self.ids.tolist(), self.park])
+        return any(self.kv.seq_pos_max(int(q)) >= 0 for q in self._own_ids())
 
     def truncate(self, n_past: int) -> None:
         """Keep only the first `n_past` committed tokens; parked cells go too (self-tests)."""
-        for seq in [*self.ids.tolist(), self.park]:
+        for seq in self._own_ids():
             self.kv.seq_rm(int(seq), n_past, -1)
         self.n_past = n_past
         self.parked = 0

@@ -13,39 +13,20 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import llama_cpp as ll
 import numpy as np
 
+from lookahead.backend import decode_cost
 from lookahead.backend.base import Logits
+from lookahead.backend.config import BackendConfig, default_threads
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
-from lookahead.errors import BackendError, ConfigError, Interrupted
-
-
-@dataclass(frozen=True)
-class BackendConfig:
-    n_ctx: int = 8192  # context length in tokens (prompt + output + one draft)
-    n_batch: int = 512  # most tokens per llama_decode (prefill chunks, largest draft + 1)
-    n_threads: int = 0  # 0 = every CPU this process may run on
-    max_branches: int = 16  # sequence ids, i.e. most leaves in one draft tree (at most n_batch - 1)
-    repack: bool = True  # llama.cpp's repacked CPU weights (its default; faster)
-    # Flash attention on: with it, batched logits match one-token decoding bit for bit on
-    # batch-invariant models (without it they do not). Its result depends on the ORDER of
-    # the live cells, which is why commit() never leaves a hole before a live cell.
-    flash_attn: bool = True
-
-    def __post_init__(self) -> None:
-        if self.n_batch < 2:
-            raise ConfigError(f"n_batch must be >= 2 (the root and one draft token), got {self.n_batch}")
-
+from lookahead.errors import BackendError, Interrupted
 
 _LOG_KEEP = 20
 _log_lines: list[str] = []
@@ -86,13 +67,6 @@ def build_info() -> str:
 def _last_log_error() -> str:
     lines = [ln.strip() for ln in _log_lines if ln.strip() and ln.strip() != "."]
     return lines[-1] if lines else "no details from llama.cpp"
-
-
-def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class _Batch(BatchArrays):
@@ -258,16 +232,16 @@ class LlamaVocab:
         return h.hexdigest()[:16]
 
 
-
-def _new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int) -> Any:
+def _new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int, unified: bool = True) -> Any:
     """A llama.cpp context on loaded weights: one unified KV cache of `config.n_ctx` cells
-    shared by `n_seq_max` sequence ids, batches of up to `config.n_batch` tokens."""
+    shared by `n_seq_max` sequence ids (not `unified`: one stream of n_ctx / n_seq_max cells
+    per sequence id, and no batch entry may carry two ids), batches of `config.n_batch`."""
     cparams = ll.llama_context_default_params()
     cparams.n_ctx = config.n_ctx
     cparams.n_batch = config.n_batch
     cparams.n_ubatch = config.n_batch
     cparams.n_seq_max = n_seq_max
-    cparams.kv_unified = True
+    cparams.kv_unified = unified
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
     cparams.no_perf = True
@@ -285,8 +259,10 @@ class KVContext:
     decode a batch, read its logits rows, and the llama_memory_seq_* calls. Made by
     `LlamaBackend` (its own context, and `new_kv` for a multi-slot one on the same weights)."""
 
-    def __init__(self, model: Any, config: BackendConfig, n_seq_max: int, threads: int, n_vocab: int) -> None:
-        self._ctx = _new_context(model, config, n_seq_max, threads)
+    def __init__(
+        self, model: Any, config: BackendConfig, n_seq_max: int, threads: int, n_vocab: int, unified: bool = True
+    ) -> None:
+        self._ctx = _new_context(model, config, n_seq_max, threads, unified)
         self.n_threads = threads
         self._mem = ll.llama_get_memory(self._ctx)
         self.n_ctx = int(ll.llama_n_ctx(self._ctx))
@@ -365,10 +341,10 @@ class LlamaBackend(LlamaVocab):
         # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
         self.interrupt: Callable[[], bool] | None = None
 
-    def new_kv(self, n_seq_max: int, threads: int | None = None) -> KVContext:
+    def new_kv(self, n_seq_max: int, threads: int | None = None, unified: bool = True) -> KVContext:
         """A context of its own on this model's weights (no second copy of the model), with
-        this backend's configuration, for `n_seq_max` sequence ids."""
-        return KVContext(self._model, self.config, n_seq_max, threads or self.n_threads, self.n_vocab)
+        this backend's configuration, for `n_seq_max` sequence ids (see `_new_context`)."""
+        return KVContext(self._model, self.config, n_seq_max, threads or self.n_threads, self.n_vocab, unified)
 
     def close(self) -> None:
         kv = getattr(self, "_kv", None)
@@ -451,33 +427,8 @@ class LlamaBackend(LlamaVocab):
 
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
         """Seconds for one decode of n chained tokens at the current position, per n (the
-        fastest of `repeats` rounds).
-
-        Rounds visit every size once, in a shuffled order (fixed seed), and the first round
-        only warms caches: a machine that slows down or speeds up during the measurement
-        (another process, frequency scaling) then moves every size alike, instead of
-        making the sizes measured last look dearer than the rest. The fastest round, not the
-        median: other processes only ever add time, and small decodes suffer most (a stalled
-        thread holds every step at llama.cpp's barrier), so a median taken in a noisy minute
-        made t(1) 35% dearer and the whole curve look flatter than it is. The curve is the
-        idle machine's; the controller's scale follows how fast it runs from step to step.
-        """
-        b = self._batch
+        fastest of `repeats` rounds; see `decode_cost.measure`). The cache is left as it was."""
         start = self.n_past
-        todo = [int(n) for n in sizes if n <= self.n_batch and start + n <= self.n_ctx]
-        times: dict[int, list[float]] = {n: [] for n in todo}
-        rng = np.random.default_rng(0)
-        for rnd in range(repeats + 1):
-            for n in rng.permutation(todo).tolist():
-                b.token[:n] = np.arange(n, dtype=np.int32) % self.n_vocab
-                b.pos[:n] = np.arange(start, start + n, dtype=np.int32)
-                b.n_seq_id[:n] = 1
-                b.seq[:n, 0] = 0
-                b.logits[:n] = 1
-                t0 = time.perf_counter()
-                self._decode(n)
-                seconds = time.perf_counter() - t0
-                self._kv.seq_rm(-1, start, -1)
-                if rnd:
-                    times[n].append(seconds)
-        return {n: float(np.min(times[n])) for n in todo}
+        sizes = [int(n) for n in sizes if n <= self.n_batch and start + n <= self.n_ctx]
+        return decode_cost.measure(self._batch, self._decode, lambda: self._kv.seq_rm(-1, start, -1),
+                                   start, self.n_vocab, sizes, repeats)

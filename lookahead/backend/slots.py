@@ -14,6 +14,11 @@ Exactness: with one slot in use this is `LlamaBackend`'s cell order, so `--exact
 bit-identity holds as there. With several, the slots' cells interleave in the cache and
 flash attention sums them in a different order than a request alone would see: logits may
 move by rounding, so bit-identity with a request run alone is only claimed for one request.
+With `separate`, each slot is one KV stream of its own (llama.cpp's `kv_unified = false`):
+its cells keep a request's solo order whatever its neighbours do, so on a batch-invariant
+model each request writes its solo output, drafts on. The price: llama.cpp refuses a batch
+entry carrying two sequence ids in that mode, so drafts are chains (one branch per slot, no
+trees; a chain never parks, so no park id either).
 
 The context shares the weights of a loaded `LlamaBackend` (no second copy of the model);
 its llama.cpp calls go through the `KVContext` the backend makes (only llama.py imports
@@ -27,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lookahead.backend.base import LogitRows
-from lookahead.backend.kv_cache import KVSlot
+from lookahead.backend.kv_cache import KVSlot, common_prefix
 from lookahead.backend.llama import LlamaBackend
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
@@ -41,23 +46,35 @@ MAX_SEQ = 64
 class LlamaSlots:
     """`slots` generations in one llama.cpp context on `backend`'s weights."""
 
-    def __init__(self, backend: LlamaBackend, slots: int) -> None:
+    def __init__(self, backend: LlamaBackend, slots: int, separate: bool = False) -> None:
         if not 1 <= slots <= MAX_SEQ // 2:
             raise ConfigError(f"slots must be in 1..{MAX_SEQ // 2}, got {slots}")
         config = backend.config
         self.vocab = backend
         self.slots = slots
-        self.max_branches = max(1, min(config.max_branches, config.n_batch - 1, MAX_SEQ // slots - 1))
-        n_seq = slots * (self.max_branches + 1)
-        self._kv = backend.new_kv(n_seq)
+        self.separate = separate
+        if separate:  # one KV stream per slot: chain drafts, no park id (see the docstring)
+            self.max_branches = 1
+            n_seq = slots
+        else:
+            self.max_branches = max(1, min(config.max_branches, config.n_batch - 1, MAX_SEQ // slots - 1))
+            n_seq = slots * (self.max_branches + 1)
+        self._kv = backend.new_kv(n_seq, unified=not separate)
         self.n_vocab = backend.n_vocab
         self.n_ctx = self._kv.n_ctx
         self.slot_ctx = self.n_ctx // slots
         self.n_batch = config.n_batch
         self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
         b = self.max_branches
-        self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
+        if separate:
+            self._slots = [KVSlot(self._kv, k, 1, self.slot_ctx, park=False) for k in range(slots)]
+        else:
+            self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
         self._busy = [False] * slots
+        self._last_use = [0] * slots  # when each slot was last taken (least recently used first)
+        self._uses = 0
+        self.cache_hits = 0  # requests that reused cached cells
+        self.tokens_cached = 0  # prompt tokens they did not decode again
 
     def close(self) -> None:
         self._kv.close()
@@ -92,14 +109,31 @@ class LlamaSlots:
         """Whether llama.cpp still holds a cell of any of the slot's ids (tests: no leaks)."""
         return self._slots[slot].holds_cells()
 
-    def acquire(self) -> int:
-        """A free slot, emptied; BackendError if none is free."""
-        for k in range(self.slots):
-            if not self._busy[k]:
-                self._busy[k] = True
-                self._slots[k].clear()
-                return k
-        raise BackendError("every slot is in use")
+    def best_slot(self, tokens: Sequence[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with `tokens` (ties and
+        no match: the least recently used); BackendError if none is free."""
+        free = [k for k in range(self.slots) if not self._busy[k]]
+        if not free:
+            raise BackendError("every slot is in use")
+        return max(free, key=lambda k: (common_prefix(self._slots[k].cache_tokens, tokens), -self._last_use[k]))
+
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+        """Take a free slot for a request whose committed prompt will be `tokens`: with
+        `cache`, the one sharing the longest prefix, keeping those cells (`KVSlot.reuse`);
+        else the least recently used, emptied. Returns (slot, tokens kept)."""
+        k = self.best_slot(tokens if cache else ())
+        self._busy[k] = True
+        self._uses += 1
+        self._last_use[k] = self._uses
+        s = self._slots[k]
+        if not cache:
+            s.clear()
+            return k, 0
+        kept = s.reuse(tokens)
+        if kept:
+            self.cache_hits += 1
+            self.tokens_cached += kept
+        return k, kept
 
     def release(self, slot: int, keep: bool = False) -> None:
         """Give the slot back: its cells freed, or with `keep` left for the prompt cache."""

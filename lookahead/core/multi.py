@@ -3,15 +3,18 @@
 On a CPU a batch of n tokens costs far less than n one-token steps, so requests that run at
 the same time share each verify: every step is ONE decode holding each ready request's root
 token and its draft tree, each request in a slot of its own (its own sequence ids, KV cells
-and parked cells, see `lookahead.backend.slots`). Per request, the loop is the engine's
-(`lookahead.core.engine`): the same acceptance rule, its own sampler (so its own seeded stream),
-drafter, policy, stop strings, max_tokens and text stream. So each request writes exactly
+and parked cells, see `lookahead.backend.slots`). Per request, the step is the engine's
+(`lookahead.core.request.Request`, which the single-request loop steps alone): the same
+acceptance rule, its own sampler (so its own seeded stream), drafter, policy, stop strings,
+max_tokens and text stream. So each request writes exactly
 what it would write alone, given the same logits (on a batch-invariant model; with llama.cpp
 several requests interleave their cells, so bit-identity is only claimed for one request).
 
 Between steps, requests join (prefill in chunks of at most `chunk` tokens per step, so a long
-prompt does not stall the others for long) and leave: a finished or cancelled request frees
-its slot's cells at once. Which draft nodes go into a step is decided for the whole batch
+prompt does not stall the others for long; with the prompt cache, into the free slot whose
+cells share the longest prefix with the prompt, only the rest prefilled) and leave: a
+finished or cancelled request frees its slot's cells at once, or leaves them cached. Which
+draft nodes go into a step is decided for the whole batch
 (`lookahead.core.allocate`).
 """
 
@@ -21,32 +24,17 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from lookahead.backend.base import LogitRows
-from lookahead.core.accept import accept
 from lookahead.core.allocate import allocate
 from lookahead.core.control import CostModel, FixedPolicy
 from lookahead.core.draft import Draft
-from lookahead.core.engine import (
-    Done,
-    Drafter,
-    Event,
-    GenerationConfig,
-    Policy,
-    Result,
-    Stats,
-    Step,
-    check_prompt,
-    emit_tokens,
-    fit_draft,
-)
-from lookahead.core.policy import Offer
-from lookahead.core.sampling import Sampler
-from lookahead.core.text import TextStream
+from lookahead.core.policy import Offer, Policy
+from lookahead.core.request import Drafter, Event, GenerationConfig, Request, check_prompt
 from lookahead.core.tokens import TokenArray
 
 # Prompt tokens a joining request decodes per step: large enough that prefill runs near the
@@ -71,12 +59,15 @@ class MultiVerifier(Protocol):
     @property
     def n_used(self) -> int: ...
 
-    def acquire(self) -> int:
-        """A free slot (its cache empty); BackendError if none is free."""
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+        """A free slot for a request whose committed prompt will be `tokens`; with `cache`
+        the one whose cells share the longest prefix with them, those cells kept; else one
+        emptied. Returns (slot, tokens kept); BackendError if none is free."""
         ...
 
-    def release(self, slot: int) -> None:
-        """Free every cell of `slot` (committed, draft and parked) and the slot itself."""
+    def release(self, slot: int, keep: bool = False) -> None:
+        """Give `slot` back: every cell freed (committed, draft and parked), or with `keep`
+        its committed cells left for the prompt cache."""
         ...
 
     def slot_past(self, slot: int) -> int: ...
@@ -100,27 +91,18 @@ class MultiVerifier(Protocol):
     def token_bytes(self, token: int) -> bytes: ...
 
 
-@dataclass
-class Request:
-    """One generation in the batch: what the engine's loop keeps, per request."""
+class BatchRequest(Request):
+    """One generation in the batch: a `Request` with its place in the batch."""
 
-    id: int
-    prompt: list[int]
-    config: GenerationConfig
-    drafter: Drafter | None
-    policy: Policy
-    sampler: Sampler
-    stream: TextStream
-    slot: int = -1  # -1: waiting for a slot
-    prefilled: int = 0  # prompt tokens (of prompt[:-1]) decoded so far
-    history: list[int] = field(default_factory=list)
-    out: list[int] = field(default_factory=list)
-    stats: Stats = field(default_factory=Stats)
-    root: int = 0
-    t_start: float = 0.0
-    started: bool = False  # prefill done, drafter told the prompt
-    finish: str = "length"
-    done: bool = False
+    def __init__(
+        self, id: int, prompt: Sequence[int], config: GenerationConfig, drafter: Drafter | None, policy: Policy
+    ) -> None:
+        super().__init__(prompt, config, drafter, policy)
+        self.id = id
+        self.slot = -1  # -1: waiting for a slot
+        self.prefilled = 0  # prompt tokens (of prompt[:-1]) in the slot's cache so far
+        self.started = False  # prefill done, drafter told the prompt
+        self.cache_prompt = False  # reuse a slot's cached prefix, and leave the cells cached after
 
     @property
     def ready(self) -> bool:
@@ -168,12 +150,12 @@ class Batch:
         self.per_request = per_request  # draft only where no request's pace drops (allocate)
         self.chunk = max(1, chunk)
         self.clock = clock
-        self.waiting: deque[Request] = deque()
-        self.active: list[Request] = []
+        self.waiting: deque[BatchRequest] = deque()
+        self.active: list[BatchRequest] = []
         self.last = StepInfo()
         self.after_verify: Callable[[int, float], None] | None = None
         self.isolate = False
-        self.failed: list[tuple[Request, Exception]] = []
+        self.failed: list[tuple[BatchRequest, Exception]] = []
         self._ids = itertools.count()
 
     @property
@@ -190,35 +172,29 @@ class Batch:
         config: GenerationConfig,
         drafter: Drafter | None = None,
         policy: Policy | None = None,
-    ) -> Request:
-        """Queue a generation; it joins at the next step with a free slot.
+        cache_prompt: bool = False,
+    ) -> BatchRequest:
+        """Queue a generation; it joins at the next step with a free slot (with
+        `cache_prompt`, the free slot whose cache shares the longest prefix with the prompt:
+        those cells are kept, and the request's are left cached when it ends).
 
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
         check_prompt(prompt, self.verifier.slot_ctx)
         if policy is not None:
             policy = policy.for_batch()
-        req = Request(
-            id=next(self._ids),
-            prompt=[int(t) for t in prompt],
-            config=config,
-            drafter=drafter,
-            policy=policy or FixedPolicy(0),
-            sampler=Sampler(config.sampling),
-            stream=TextStream(config.stop),
-        )
-        req.history = list(req.prompt)
-        req.root = req.prompt[-1]
+        req = BatchRequest(next(self._ids), prompt, config, drafter, policy or FixedPolicy(0))
+        req.cache_prompt = cache_prompt
         self.waiting.append(req)
         return req
 
-    def cancel(self, req: Request) -> None:
+    def cancel(self, req: BatchRequest) -> None:
         """Drop `req` now: its slot's cells are freed before the next step."""
         if req in self.waiting:
             self.waiting.remove(req)
         if req in self.active:
             self.active.remove(req)
-            self.verifier.release(req.slot)
+            self.verifier.release(req.slot, keep=req.cache_prompt)
         req.done = True
 
     def close(self) -> None:
@@ -227,17 +203,18 @@ class Batch:
             self.cancel(req)
 
     # ---- one step -----------------------------------------------------------------------
-    def step(self) -> list[tuple[Request, Event]]:
+    def step(self) -> list[tuple[BatchRequest, Event]]:
         """Admit, prefill one chunk, verify every ready request in one decode, accept."""
         v = self.verifier
         while self.waiting and self.free_slots > 0:
             req = self.waiting.popleft()
-            req.slot = v.acquire()
+            req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
+            req.stats.tokens_cached = req.prefilled
             self.active.append(req)
         info = StepInfo()
         self._prefill(info)
         ready = [r for r in self.active if r.ready]
-        events: list[tuple[Request, Event]] = []
+        events: list[tuple[BatchRequest, Event]] = []
         if ready:
             events = self._verify(ready, info)
         self.last = info
@@ -260,23 +237,16 @@ class Batch:
                 info.prefill += n
             if req.ready and not req.started:
                 req.started = True
-                if req.drafter is not None:
-                    req.drafter.observe(req.prompt)
-                req.t_start = self.clock()
+                req.start(self.clock)
 
-    def _propose(self, req: Request, room: int) -> Draft:
+    def _propose(self, req: BatchRequest, room: int) -> Draft:
         """The request's draft for this step, cut to what it may verify (as the engine does)."""
         v = self.verifier
-        policy = req.policy
         room = min(room, v.slot_ctx - v.slot_used(req.slot) - 2)
-        want = req.config.max_tokens - len(req.out) - 1
-        depth = min(policy.max_depth, room, want)
-        if req.drafter is None or depth <= 0 or policy.budget <= 0:
-            return Draft.empty()
-        draft = req.drafter.propose(policy.budget, depth, policy.branches)
-        return fit_draft(draft, v.max_branches, depth, room)
+        draft = req.propose(room, v.max_branches)
+        return Draft.empty() if draft is None else draft
 
-    def _drafts(self, ready: list[Request], nodes: int) -> tuple[list[Draft], list[Offer]]:
+    def _drafts(self, ready: list[BatchRequest], nodes: int) -> tuple[list[Draft], list[Offer]]:
         """Each ready request's draft and offer; with `isolate`, a request whose drafting
         raises is cancelled, listed in `failed` and removed from `ready`."""
         drafts: list[Draft] = []
@@ -296,10 +266,10 @@ class Batch:
             offers.append(offer)
         return drafts, offers
 
-    def _offer(self, req: Request, draft: Draft) -> Offer:
+    def _offer(self, req: BatchRequest, draft: Draft) -> Offer:
         return req.policy.offer(draft)
 
-    def _verify(self, ready: list[Request], info: StepInfo) -> list[tuple[Request, Event]]:
+    def _verify(self, ready: list[BatchRequest], info: StepInfo) -> list[tuple[BatchRequest, Event]]:
         v = self.verifier
         t0 = self.clock()
         nodes = min(self.budget, v.n_batch - len(ready))
@@ -316,57 +286,29 @@ class Batch:
         if self.after_verify is not None:
             self.after_verify(size, t2 - t1)
         info.requests, info.tokens, info.verify_s = len(ready), size, t2 - t1
-        events: list[tuple[Request, Event]] = []
+        events: list[tuple[BatchRequest, Event]] = []
         for req, draft, r in zip(ready, drafts, rows, strict=True):
             events.extend(self._accept(req, draft, r, t2 - t1, (t1 - t0) / len(ready)))
         return events
 
     def _accept(
-        self, req: Request, draft: Draft, rows: LogitRows, verify_s: float, draft_s: float
-    ) -> list[tuple[Request, Event]]:
-        """The engine's step for one request: accept, commit, observe, emit."""
+        self, req: BatchRequest, draft: Draft, rows: LogitRows, verify_s: float, draft_s: float
+    ) -> list[tuple[BatchRequest, Event]]:
+        """The request's step after the shared decode; a finished request frees its slot."""
         v = self.verifier
-        path, bonus = accept(draft, rows, req.sampler.pick, req.history)
-        v.commit(req.slot, draft, path)
-        req.policy.observe(draft, path, verify_s, bonus)
-        new = [int(draft.tokens[i]) for i in path] + [bonus]
-        st = req.stats
-        st.steps += 1
-        st.drafted += len(draft)
-        st.accepted += len(path)
-        st.k_trace.append(len(draft))
-        emitted, text, stopped = emit_tokens(v, req.stream, new, req.config.max_tokens - len(req.out))
-        if stopped:
-            req.finish = "stop"
-        req.out.extend(emitted)
-        req.history.extend(new)
-        if req.drafter is not None:
-            req.drafter.observe(new)
-        req.root = bonus
-        full = v.slot_used(req.slot) + 1 >= v.slot_ctx
-        done = stopped or len(req.out) >= req.config.max_tokens or full
-        if done:
-            text += req.stream.finish()
-        st.decode_s = self.clock() - req.t_start
-        st.n_tokens = len(req.out)
-        step = Step(
-            tokens=emitted,
-            text=text,
-            drafted=len(draft),
-            accepted=len(path),
-            depth=draft.max_depth,
-            verify_s=verify_s,
-            draft_s=draft_s,
-            alpha=req.policy.alpha,
-        )
-        out: list[tuple[Request, Event]] = [(req, step)]
-        if done:
+
+        def commit(d: Draft, path: list[int]) -> None:
+            v.commit(req.slot, d, path)
+
+        def full() -> bool:
+            return v.slot_used(req.slot) + 1 >= v.slot_ctx
+
+        step, done = req.advance(draft, rows, commit, v, full, (verify_s, draft_s), self.clock)
+        out: list[tuple[BatchRequest, Event]] = [(req, step)]
+        if done is not None:
             self.active.remove(req)
-            v.release(req.slot)  # free its cells now: the others go on
-            req.done = True
-            context_full = req.finish == "length" and len(req.out) < req.config.max_tokens
-            result = Result(req.stream.text, req.out, st, req.finish, context_full)
-            out.append((req, Done(result)))
+            v.release(req.slot, keep=req.cache_prompt)  # its cells go now (or stay cached)
+            out.append((req, done))
         return out
 
 

@@ -19,7 +19,7 @@ from lookahead.api import Model
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
-from lookahead.core.multi import Request
+from lookahead.core.multi import BatchRequest
 from lookahead.errors import LookaheadError
 from lookahead.server.jobs import END, Job, WorkerBase
 from lookahead.server.metrics import Metrics
@@ -39,7 +39,7 @@ class BatchWorker(WorkerBase):
         # a busy machine: fewer threads while faster (the batch's own thread governor)
         self.batch = model.new_batch(self.slots, draft or DraftConfig())
         self.batch.isolate = True  # one request's drafting bug fails that request only
-        self._req_of: dict[int, Request] = {}  # id(job) -> its request
+        self._req_of: dict[int, BatchRequest] = {}  # id(job) -> its request
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
         self._started: dict[int, float] = {}
         self._thread.start()
@@ -88,7 +88,7 @@ class BatchWorker(WorkerBase):
         self._started[req.id] = time.perf_counter()
         self._req_of[id(job)] = req
 
-    def _request(self, job: Job) -> Request:
+    def _request(self, job: Job) -> BatchRequest:
         """The job as a batch request: the pieces `Model.stream` builds for one generation."""
         return self.model.add_to(
             self.batch,
@@ -98,6 +98,7 @@ class BatchWorker(WorkerBase):
             sampling=job.sampling,
             draft=job.draft,
             sources=job.sources,
+            cache_prompt=job.cache_prompt,
         )
 
     def _drop_cancelled(self) -> None:

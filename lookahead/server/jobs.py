@@ -52,6 +52,9 @@ class Job:
     loop: asyncio.AbstractEventLoop
     on_done: Callable[[Job, Result], None] | None = None
     predicted: list[int] | None = None  # the request's Predicted Output, tokenized once
+    # reuse the KV cells of a prefix shared with an earlier request, and leave this one's
+    # cells cached when it ends (off: a cold start, and every cell freed at the end)
+    cache_prompt: bool = False
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 

@@ -41,6 +41,10 @@ class Metrics:
         )
         self.occupancy = Gauge(p + "slot_occupancy", "Share of the slots in use at the last step", registry=r)
         self.kv_cells = Gauge(p + "kv_cells", "KV cache cells in use after the last step", registry=r)
+        self.cache_hits = Counter(p + "prompt_cache_hits", "Requests that reused cached prompt cells", registry=r)
+        self.tokens_cached = Counter(
+            p + "prompt_tokens_cached", "Prompt tokens reused from the KV cache, not decoded again", registry=r
+        )
         self.errors = Counter(p + "errors", "Errors answered, by type", ["type"], registry=r)
         self.cancelled = Counter(p + "cancelled", "Generations cancelled by a client disconnect", registry=r)
 
@@ -50,6 +54,9 @@ class Metrics:
         self.steps.inc(stats.steps)
         self.drafted.inc(stats.drafted)
         self.accepted.inc(stats.accepted)
+        if stats.tokens_cached:
+            self.cache_hits.inc()
+            self.tokens_cached.inc(stats.tokens_cached)
         if stats.steps:
             self.alpha.observe(stats.alpha)
         if stats.decode_s > 0:

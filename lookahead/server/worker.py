@@ -3,9 +3,11 @@
 The engine is a plain (blocking) generator; it runs on this thread, and each event goes
 to the request's asyncio queue through `call_soon_threadsafe`. A request that goes away
 sets `cancelled`: the thread notices between two verify steps, or between two chunks of its
-prompt's prefill (`n_batch` tokens each), closes the generator and clears the KV cache, so
-the next request starts within one step or one chunk. A failure in one
-generation is that request's error, never the thread's end. The queue, the shutdown and
+prompt's prefill (`n_batch` tokens each), and closes the generator, so the next request
+starts within one step or one chunk. A request with `cache_prompt` leaves its KV cells (the
+committed ones are consistent at either point): the next one keeps those of the prefix it
+shares with them and frees the rest; any other frees every cell when it ends. A failure in
+one generation is that request's error, never the thread's end. The queue, the shutdown and
 the guarded `on_done` are `jobs.WorkerBase`'s.
 """
 
@@ -69,6 +71,7 @@ class Worker(WorkerBase):
                 sampling=job.sampling,
                 draft=job.draft,
                 sources=job.sources,
+                cache_prompt=job.cache_prompt,
             )
             for event in events:
                 if job.cancelled.is_set():
@@ -80,15 +83,20 @@ class Worker(WorkerBase):
         except Interrupted:
             self.metrics.cancelled.inc()
         except LookaheadError as exc:
+            backend.reset()  # the cache may be mid-step: free every cell
             job.emit(exc)
         except Exception as exc:  # a bug: this request fails, the service goes on
             log.exception("generation failed")
+            backend.reset()
             job.emit(exc)
         finally:
-            close = getattr(events, "close", None)  # a generator: end it where it stopped
+            # a generator: end it where it stopped (between steps, so the cells it committed
+            # stay consistent and cached for the next request's prompt)
+            close = getattr(events, "close", None)
             if close is not None:
                 close()
             backend.interrupt = None
-            backend.reset()  # free every KV cell, parked ones too
+            if not job.cache_prompt:
+                backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
