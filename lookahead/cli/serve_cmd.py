@@ -17,6 +17,7 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.models.catalog import default_cache_dir, resolve_model
 from lookahead.models.gguf import check_gguf
+from lookahead.server.drain import check_replica, draining_server
 
 MAX_SLOTS = MAX_SEQ // 2
 
@@ -86,6 +87,8 @@ def run_serve(
     draft: DraftConfig,
     log_level: str,
     parallel: int = 0,
+    replica_id: str | None = None,
+    grace_period: float = 25.0,
 ) -> int:
     import uvicorn
 
@@ -101,6 +104,7 @@ def run_serve(
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
     parallel = check_parallel(parallel, draft.exact)
+    replica_id = check_replica(replica_id, grace_period)
     err = Console(stderr=True)
     check_port(host, port)
     if not keys and not is_loopback(host):
@@ -120,12 +124,11 @@ def run_serve(
         index_file=index_file,
         draft=draft,
         parallel=parallel,
+        replica_id=replica_id,
     )
     backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     app = create_app(config, lambda: load(path, backend=backend))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
-    )
+    server = draining_server(uvicorn.Config(app, host=host, port=port, log_level=log_level), app, grace_period)
     failed: list[str] = []
 
     def fatal(message: str) -> None:

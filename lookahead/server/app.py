@@ -40,7 +40,7 @@ from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server import errors
+from lookahead.server import errors, replica
 from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.errors import APIError
 from lookahead.server.memory import SharedIndex, partition_of
@@ -69,6 +69,7 @@ class ServeConfig:
     # requests decoded together in one batch per step; 1 = one at a time (the serial
     # worker), 0 = what pays on this machine (`lookahead.core.multi.default_parallel`)
     parallel: int = 1
+    replica_id: str = ""  # X-Lookahead-Replica and /metrics; empty: the host's name
 
 
 class Service:
@@ -226,6 +227,7 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.state.service = service
     errors.install(app, on_error=lambda kind: service.metrics.errors.labels(kind).inc())
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    replica.install(app, service, config.replica_id or replica.default_replica_id())
 
     def authorize(request: Request) -> str:
         """The caller's partition; 401 without a valid key when keys are configured."""
