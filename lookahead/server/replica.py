@@ -7,9 +7,12 @@
   request is answered at once with 503, `Retry-After` and `Connection: close`, in OpenAI's
   error shape: a load balancer retries it on another replica, a client may retry it. Requests
   already in flight, queued ones included, run to their end.
-- Readiness apart from liveness: `/health` is 503 while the model loads (as before) and while
-  draining, so health checks take the replica out of rotation; `/livez` is 200 as long as the
-  process answers at all, so an orchestrator does not kill a replica that is loading or draining.
+- Readiness apart from liveness: `/health` is 503 while the model loads (as before) and 404
+  while draining. Either takes the replica out of rotation (a Kubernetes readiness probe wants
+  2xx-3xx); HAProxy's `http-check disable-on-404` reads the 404 as "stop sending new requests,
+  let the running ones finish" rather than "down", which would cut the running streams.
+  `/livez` is 200 as long as the process answers at all, so an orchestrator does not kill a
+  replica that is loading or draining.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ class ReplicaMiddleware:
         path = scope.get("path", "")
         if path in PROBES:
             if path == "/health" and self.drain.draining:
-                await _json(tagged, 503, {"status": "draining"}, close=False)
+                await _json(tagged, 404, {"status": "draining"}, close=False)
                 return
             await self.app(scope, receive, tagged)
             return
