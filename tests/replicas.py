@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from lookahead.server.replica import REPLICA_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
 HAPROXY_CFG = ROOT / "deploy" / "haproxy.cfg"
+# Debian installs it in /usr/sbin, which a normal user's PATH may lack
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
 
 
 @dataclass
@@ -157,10 +160,11 @@ def start_cluster(model: Path, workdir: Path, keys: list[str], n: int = 3) -> Cl
     port, stats = free_port(), free_port()
     cfg = workdir / "haproxy.cfg"
     cfg.write_text(haproxy_config(port, stats, replicas))
-    check = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], capture_output=True, text=True)
+    assert HAPROXY is not None
+    check = subprocess.run([HAPROXY, "-c", "-q", "-f", str(cfg)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     log = open(workdir / "haproxy.log", "w")  # noqa: SIM115 - lives as long as the process
-    proc = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:

@@ -8,7 +8,6 @@ Skipped where `haproxy` is not installed (CI installs it from the system's packa
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import threading
 import time
@@ -21,11 +20,11 @@ import pytest
 
 from lookahead.server.memory import partition_of
 from lookahead.server.replica import REPLICA_HEADER
-from tests.replicas import Cluster, auth, start_cluster, stop_cluster
+from tests.replicas import HAPROXY, Cluster, auth, start_cluster, stop_cluster
 
 pytestmark = [
     pytest.mark.model,
-    pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)"),
+    pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install haproxy)"),
 ]
 
 KEYS = [f"tenant-{i}" for i in range(9)]
