@@ -235,3 +235,48 @@ def test_sigterm_mid_stream_finishes_it_turns_new_ones_away_and_saves(smol_path:
     assert proc.returncode == 0 and "Traceback" not in err
     assert time.monotonic() - t0 < 20
     assert json.loads(index.read_text())["partitions"]  # saved on the way out
+
+
+@pytest.mark.model
+def test_past_the_grace_period_a_running_stream_ends_with_an_error(smol_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
+         "--threads", "1", "--parallel", "1", "--n-ctx", "4096", "--grace-period", "6", "--log-level", "error"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the server never became healthy"
+            time.sleep(0.2)
+        # far longer than the 6 s grace period allows
+        body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 3000, "stream": True, "temperature": 0,
+                "lookahead": {"enabled": False}}
+        events: list[str] = []
+        with httpx.Client(timeout=60) as c, c.stream("POST", url + "/v1/completions", json=body) as stream:
+            lines = stream.iter_lines()
+            for line in lines:
+                if line.startswith("data:"):
+                    break
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            events = [line for line in lines if line.startswith("data:")]
+        ended = time.monotonic() - t0
+        _, err = proc.communicate(timeout=30)
+        gone = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2][5:])["error"]
+    assert "shutting down" in error["message"] and error["type"] == "service_unavailable"
+    assert 0.5 < ended < 6 and gone < 6, (ended, gone)  # within the grace period
+    assert proc.returncode == 0 and "Traceback" not in err

@@ -143,6 +143,8 @@ class BatchWorker:
             if job.cancelled.is_set():
                 self.batch.cancel(self._req_of.pop(id(job)))
                 self.metrics.cancelled.inc()
+                if self._closing:
+                    job.emit(ShuttingDown())  # cut short by close(): say so, not a bare end
                 self._end(rid)
                 self._gauges()
 
