@@ -128,7 +128,9 @@ def run_serve(
     )
     backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     app = create_app(config, lambda: load(path, backend=backend))
-    server = draining_server(uvicorn.Config(app, host=host, port=port, log_level=log_level), app, grace_period)
+    server = draining_server(
+        uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10), app, grace_period
+    )
     failed: list[str] = []
 
     def fatal(message: str) -> None:

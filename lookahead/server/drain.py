@@ -33,7 +33,7 @@ from lookahead.server.replica import Drain, default_replica_id
 log = logging.getLogger("lookahead.server")
 
 RESERVE_S = 5.0  # of the grace period, kept for closing connections and saving the index
-CLOSE_S = 3  # uvicorn's own wait for connections once the drain is over
+CLOSE_S = 3  # uvicorn's own wait for connections once a drain is over (SIGINT keeps its own)
 
 
 class DrainingServer(uvicorn.Server):
@@ -44,7 +44,6 @@ class DrainingServer(uvicorn.Server):
         grace: float,
         on_overdue: Callable[[], None] | None = None,
     ) -> None:
-        config.timeout_graceful_shutdown = CLOSE_S
         super().__init__(config)
         self.drain = drain
         self.grace = grace
@@ -65,6 +64,7 @@ class DrainingServer(uvicorn.Server):
             if self.on_overdue is not None:
                 self.on_overdue()
         log.info("drained in %.1f s; exiting", time.monotonic() - t0)
+        self.config.timeout_graceful_shutdown = CLOSE_S  # what is left of the grace period
         self.should_exit = True
 
 
