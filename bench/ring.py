@@ -8,7 +8,7 @@ HAProxy runs with the hash settings of deploy/haproxy.cfg in front of stand-in r
 (threads of this process on 127.0.0.1 that answer with their name). For each draw, N random
 keys of the usual shape (`sk-` + 32 hex digits) are sent once each, and h = the busiest
 replica's keys over the mean, N / R. Printed per (R, N): the mean and the 90th percentile of h
-over the draws. Needs `haproxy` on the PATH (or in /usr/sbin). No model.
+over the draws (also in bench/results/ring-haproxy.md). Needs `haproxy` on the PATH (or in /usr/sbin). No model.
 """
 
 from __future__ import annotations
@@ -98,15 +98,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--replicas", default="2,3,4,8")
     ap.add_argument("--developers", default="10,25,50,100")
     ap.add_argument("--draws", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "ring-haproxy.md")
     args = ap.parse_args(argv)
     haproxy = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
     if haproxy is None:
         raise SystemExit("error: haproxy is not installed (apt-get install haproxy)")
-    print("| replicas | developers | h mean | h p90 |\n| --- | --- | --- | --- |")
+    version = subprocess.run([haproxy, "-v"], capture_output=True, text=True).stdout.split("\n")[0]
+    lines = [f"# Keys per replica on HAProxy's consistent hash ({version.strip()})", "",
+             f"h: the busiest replica's keys over the mean, over {args.draws} draws of random keys.", "",
+             "| replicas | developers | h mean | h p90 |", "| --- | --- | --- | --- |"]
+    print("\n".join(lines), flush=True)
     for r in (int(x) for x in args.replicas.split(",")):
         for n, hs in measure(r, [int(x) for x in args.developers.split(",")], args.draws, haproxy).items():
             p90 = statistics.quantiles(hs, n=10)[-1] if len(hs) > 1 else hs[0]
-            print(f"| {r} | {n} | {statistics.mean(hs):.2f} | {p90:.2f} |", flush=True)
+            lines.append(f"| {r} | {n} | {statistics.mean(hs):.2f} | {p90:.2f} |")
+            print(lines[-1], flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

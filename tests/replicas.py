@@ -94,7 +94,8 @@ class Replica:
             self.log = None
 
     def queue_depth(self) -> float:
-        text = httpx.get(self.url + "/metrics", timeout=5).text
+        key = self.keys_file.read_text().split()[0]  # /metrics asks for any API key
+        text = httpx.get(self.url + "/metrics", headers=auth(key), timeout=5).text
         found = re.search(r"^lookahead_queue_depth ([0-9.]+)$", text, re.M)
         return float(found.group(1)) if found else 0.0
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from lookahead.cli.main import app
@@ -109,8 +110,11 @@ def test_the_probes_are_routes_of_the_service() -> None:
     def never() -> Any:
         raise LookaheadError("not loaded in this test")
 
-    paths = {getattr(r, "path", None) for r in create_app(ServeConfig(model_id="m"), never).routes}
-    assert {"/health", "/livez", "/metrics"} <= paths
+    client = TestClient(create_app(ServeConfig(model_id="m"), never))  # no lifespan: never loads
+    assert client.get("/health").status_code == 503  # not ready: the model is not loaded
+    assert client.get("/livez").status_code == 200
+    assert client.get("/metrics").status_code == 200
+    assert client.get("/no-such-probe").status_code == 404
 
 
 def test_every_flag_the_files_pass_is_a_flag_of_lookahead_serve() -> None:

@@ -30,6 +30,8 @@ from lookahead.server.drain import DrainingServer, check_replica
 from lookahead.server.replica import REPLICA_HEADER, Drain
 
 ROOT = Path(__file__).resolve().parent.parent
+# greedy, the small model counts on and on: a stream that outlasts the test's actions
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
 
 
 @pytest.fixture
@@ -71,7 +73,7 @@ def test_liveness_is_apart_from_readiness(loading: Running) -> None:
 
 
 def test_metrics_carry_the_replica_id_and_the_drain(loading: Running) -> None:
-    with loading.client() as c:
+    with loading.client("k") as c:  # /metrics asks for an API key when there are keys
         before = c.get("/metrics").text
         loading.app.state.drain.begin()
         after = c.get("/metrics").text
@@ -191,7 +193,7 @@ def test_sigterm_mid_stream_finishes_it_turns_new_ones_away_and_saves(smol_path:
     index = tmp_path / "index.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
-         "--threads", "1", "--parallel", "1", "--index-file", str(index), "--replica-id", "r1",
+         "--threads", "1", "--parallel", "1", "--index-file", str(index), "--index-scope", "key", "--replica-id", "r1",
          "--grace-period", "20", "--log-level", "warning"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -207,7 +209,7 @@ def test_sigterm_mid_stream_finishes_it_turns_new_ones_away_and_saves(smol_path:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the server never became healthy"
             time.sleep(0.2)
-        body = {"prompt": "Once upon a time", "max_tokens": 200, "stream": True, "temperature": 0,
+        body = {"prompt": COUNTING, "max_tokens": 200, "stream": True, "temperature": 0,
             "lookahead": {"enabled": False}}
         events: list[str] = []
         with httpx.Client(timeout=60) as c, c.stream("POST", url + "/v1/completions", json=body) as stream:
@@ -258,7 +260,7 @@ def test_past_the_grace_period_a_running_stream_ends_with_an_error(smol_path: Pa
             assert time.monotonic() < deadline, "the server never became healthy"
             time.sleep(0.2)
         # far longer than the 6 s grace period allows
-        body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 3000, "stream": True, "temperature": 0,
+        body = {"prompt": COUNTING, "max_tokens": 3000, "stream": True, "temperature": 0,
                 "lookahead": {"enabled": False}}
         events: list[str] = []
         with httpx.Client(timeout=60) as c, c.stream("POST", url + "/v1/completions", json=body) as stream:
