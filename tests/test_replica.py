@@ -163,7 +163,7 @@ def test_replica_ids_and_grace_periods_are_checked() -> None:
     for bad in ("", "a b", "é", "x" * 200):
         with pytest.raises(ConfigError, match="--replica-id"):
             check_replica(bad, 10)
-    for grace in (0, -1, float("nan")):
+    for grace in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match="--grace-period"):
             check_replica("r", grace)
 

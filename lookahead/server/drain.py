@@ -37,6 +37,8 @@ CLOSE_S = 3  # uvicorn's own wait for connections once a drain is over (SIGINT k
 
 
 class DrainingServer(uvicorn.Server):
+    """uvicorn.Server whose first SIGTERM drains (see the module's docstring) before exiting."""
+
     def __init__(
         self,
         config: uvicorn.Config,
@@ -71,8 +73,8 @@ class DrainingServer(uvicorn.Server):
 def check_replica(replica_id: str | None, grace_period: float) -> str:
     """The replica id to serve under (the host's name when not given), after checking the
     id fits an HTTP header and the grace period is positive."""
-    if not grace_period > 0:
-        raise ConfigError(f"--grace-period must be > 0 seconds, got {grace_period}")
+    if not 0 < grace_period <= 3600:
+        raise ConfigError(f"--grace-period must be > 0 and at most 3600 seconds, got {grace_period}")
     if replica_id is None:
         return default_replica_id()
     if not re.fullmatch(r"[\x21-\x7e]{1,128}", replica_id):
