@@ -284,6 +284,16 @@ def serve(
         ),
     ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    replica_id: Annotated[
+        str | None,
+        typer.Option("--replica-id", help="This replica's name in the X-Lookahead-Replica header and /metrics "
+                     "[default: the host's name]."),
+    ] = None,
+    grace_period: Annotated[
+        float,
+        typer.Option("--grace-period", help="Seconds from SIGTERM to exit: new requests get 503, running ones "
+                     "finish, the index is saved."),
+    ] = 25.0,
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics) that keeps one model warm and drafts from what it has seen.
@@ -314,6 +324,8 @@ def serve(
             draft=draft,
             log_level=log_level,
             parallel=parallel,
+            replica_id=replica_id,
+            grace_period=grace_period,
         )
 
 

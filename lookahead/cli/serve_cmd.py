@@ -16,6 +16,7 @@ from lookahead.cli.models_cmd import _RichProgress
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.models.catalog import default_cache_dir
+from lookahead.server.drain import check_replica, draining_server
 
 MAX_SLOTS = MAX_SEQ // 2
 
@@ -88,6 +89,8 @@ def run_serve(
     parallel: int = 0,
     index_scope: str | None = None,
     metrics_key: str | None = None,
+    replica_id: str | None = None,
+    grace_period: float = 25.0,
 ) -> int:
     import uvicorn
 
@@ -107,6 +110,7 @@ def run_serve(
     if metrics_key is not None and not metrics_key.strip():
         raise ConfigError("--metrics-key is empty")
     parallel = check_parallel(parallel, draft.exact)
+    replica_id = check_replica(replica_id, grace_period)
     err = Console(stderr=True)
     check_port(host, port)
     if not keys and not is_loopback(host):
@@ -125,6 +129,7 @@ def run_serve(
         metrics_key=metrics_key.strip() if metrics_key else None,
         draft=draft,
         parallel=parallel,
+        replica_id=replica_id,
     )
     if index_file is not None and not config.remembers:
         err.print(
@@ -136,8 +141,8 @@ def run_serve(
         path = locate(model, default_cache_dir(), progress)
     backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     app = create_app(config, lambda: load(path, backend=backend, path=path))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    server = draining_server(
+        uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10), app, grace_period
     )
     failed: list[str] = []
 

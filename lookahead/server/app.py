@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from lookahead.api import Model
-from lookahead.server import errors, routes_openai, routes_ops
+from lookahead.server import errors, replica, routes_openai, routes_ops
 from lookahead.server.config import ServeConfig
 from lookahead.server.limits import BodyLimit
 from lookahead.server.service import Service
@@ -49,6 +49,7 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.state.service = service
     errors.install(app, on_error=lambda kind: service.metrics.errors.labels(kind).inc())
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    replica.install(app, service, config.replica_id or replica.default_replica_id())
     app.include_router(routes_ops.router)
     app.include_router(routes_openai.router)
     return app

@@ -21,7 +21,7 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
 from lookahead.core.multi import BatchRequest
 from lookahead.errors import LookaheadError
-from lookahead.server.jobs import END, Job, WorkerBase
+from lookahead.server.jobs import END, Job, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
 
 log = logging.getLogger("lookahead.server")
@@ -106,6 +106,8 @@ class BatchWorker(WorkerBase):
             if job.cancelled.is_set():
                 self.batch.cancel(self._req_of.pop(id(job)))
                 self.metrics.cancelled.inc()
+                if self._closing:
+                    job.emit(ShuttingDown())  # cut short by close(): say so, not a bare end
                 self._end(rid)
                 self._gauges()
 

@@ -33,6 +33,7 @@ class ServeConfig:
     # worker), 0 = what pays on this machine (`lookahead.core.multi.default_parallel`)
     parallel: int = 1
     metrics_key: str | None = None  # the key /metrics asks for; None: any API key (open when there is none)
+    replica_id: str = ""  # X-Lookahead-Replica and /metrics; empty: the host's name
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

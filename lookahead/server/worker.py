@@ -54,6 +54,9 @@ class Worker(WorkerBase):
             finally:
                 with self._cv:
                     self._running = None
+                    closing = self._closing
+                if closing and job.cancelled.is_set():
+                    job.emit(ShuttingDown())  # cut short by close(): say so, not a bare end
                 job.emit(END)
 
     def _generate(self, job: Job) -> None:
