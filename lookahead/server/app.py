@@ -40,11 +40,12 @@ from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server import errors
+from lookahead.server import compat, errors, native_routes
 from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.errors import APIError
 from lookahead.server.memory import SharedIndex, partition_of
 from lookahead.server.metrics import Metrics
+from lookahead.server.native_prepare import openai_prompt
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.worker import END, Job, QueueFull, ShuttingDown, Worker
 
@@ -131,21 +132,18 @@ class Service:
         """Tokenize and check a request (APIError 400 for what cannot be served), build its job."""
         model = self.model
         assert model is not None
-        if body.model and body.model != self.config.model_id:
-            raise APIError(
-                400,
-                f"the model {body.model!r} is not served here; this server serves {self.config.model_id!r}",
-                param="model",
-                code="model_not_found",
-            )
+        # any `model` name is answered by the one model served (named in the response), as
+        # llama-server and LM Studio answer it: clients often insist on sending one
+        own_sources: list[DraftSource] = []
         try:
             if isinstance(body, ChatCompletionRequest):
                 tokens = model.prompt_tokens(body.as_messages(), chat=True)
                 wanted = body.limit()
             else:
                 assert isinstance(body, CompletionRequest)
-                tokens = model.prompt_tokens(body.text())
                 wanted = body.max_tokens
+                # with `suffix`: the fill-in-the-middle prompt /infill builds, the suffix a draft source
+                tokens, own_sources = openai_prompt(model, body, self.worker.n_ctx if self.worker else 0)
         except LookaheadError as exc:
             raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
         assert self.worker is not None
@@ -171,7 +169,7 @@ class Service:
             draft = self._draft_config(body)
         except UserError as exc:
             raise APIError(400, str(exc), param="lookahead") from exc
-        sources: list[DraftSource] = []
+        sources: list[DraftSource] = list(own_sources)
         prediction = self._prediction_source(model, body)
         if prediction is not None:
             sources.append(prediction)
@@ -276,6 +274,8 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     ) -> Response | dict[str, Any]:
         return await _serve(ready(), body, request, partition, chat=True)
 
+    native_routes.install(app, service, authorize, ready)  # llama.cpp's own API: /infill, /completion, ...
+    compat.install(app)  # the OpenAI routes without /v1, CORS
     return app
 
 

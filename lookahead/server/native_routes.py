@@ -1,0 +1,246 @@
+"""llama.cpp's own server API on this service, so its clients work unchanged:
+
+    POST /infill       fill-in-the-middle for editors (llama.vim, llama.vscode)
+    POST /completion   a raw completion (text or token ids), llama.cpp's response fields
+    POST /tokenize, /detokenize
+    GET  /props, /slots
+
+Streaming answers as llama.cpp streams them: one `data: {...}` line per piece of text, the
+last with `"stop": true` and the statistics (no `[DONE]`, which is OpenAI's). Errors are
+in this service's error shape (`{"error": {"message", "type", ...}}`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from lookahead.core.engine import Stats
+from lookahead.server import errors
+from lookahead.server.errors import APIError
+from lookahead.server.native_prepare import Prepared, make_job, prepare
+from lookahead.server.native_run import Watch, follow
+from lookahead.server.native_schemas import (
+    CompletionRequest,
+    DetokenizeRequest,
+    InfillRequest,
+    NativeRequest,
+    TokenizeRequest,
+)
+from lookahead.server.native_shape import NativeShape, Outcome, pick_fields
+from lookahead.server.worker import Job, QueueFull, ShuttingDown
+
+Service = Any  # lookahead.server.app.Service (not imported: app imports this module)
+
+
+def install(app: FastAPI, service: Service, authorize: Callable[[Request], str], ready: Callable[[], Service]) -> None:
+    """Add llama.cpp's routes to the app; `authorize` and `ready` are the app's own checks."""
+
+    @app.post("/infill", response_model=None)
+    async def infill(body: InfillRequest, request: Request, partition: str = Depends(authorize)) -> Response:
+        return await answer(ready(), body, request, partition, "infill")
+
+    @app.post("/completion", response_model=None)
+    async def completion(body: CompletionRequest, request: Request, partition: str = Depends(authorize)) -> Response:
+        return await answer(ready(), body, request, partition, "completion")
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest, partition: str = Depends(authorize)) -> dict[str, Any]:
+        vocab = ready().model.backend
+        tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+        if not body.with_pieces:
+            return {"tokens": tokens}
+        pieces = []
+        for t in tokens:
+            raw = vocab.token_bytes(t)
+            try:
+                piece: str | list[int] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                piece = list(raw)  # llama.cpp's form for a piece that is not valid UTF-8
+            pieces.append({"id": t, "piece": piece})
+        return {"tokens": pieces}
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest, partition: str = Depends(authorize)) -> dict[str, Any]:
+        model = ready().model
+        n_vocab = model.backend.n_vocab
+        bad = [t for t in body.tokens if not 0 <= t < n_vocab]
+        if bad:
+            raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
+        return {"content": text_of(model, body.tokens)}
+
+    @app.get("/props")
+    async def props(partition: str = Depends(authorize)) -> dict[str, Any]:
+        svc = ready()
+        defaults = NativeRequest()
+        slots = slot_count(svc)
+        return {
+            "default_generation_settings": {"params": settings(defaults), "n_ctx": svc.worker.n_ctx},
+            "total_slots": slots,
+            "model_alias": svc.config.model_id,
+            "model_path": str(getattr(svc.model.backend, "path", "")),
+            "modalities": {"vision": False, "video": False, "audio": False},
+            "endpoint_slots": True,
+            "endpoint_props": False,
+            "endpoint_metrics": True,
+            "chat_template": svc.model.backend.meta("tokenizer.chat_template") or "",
+            "bos_token": "",
+            "eos_token": "",
+            "build_info": "lookahead",
+            "is_sleeping": False,
+        }
+
+    @app.get("/slots")
+    async def slots(partition: str = Depends(authorize)) -> list[dict[str, Any]]:
+        svc = ready()
+        busy = bool(svc.worker.busy) if hasattr(svc.worker, "busy") else False
+        return [
+            {"id": i, "n_ctx": svc.worker.n_ctx, "is_processing": busy and i == 0, "speculative": True}
+            for i in range(slot_count(svc))
+        ]
+
+
+def slot_count(service: Service) -> int:
+    slots = getattr(service.worker, "parallel", None) or getattr(service.worker, "n_slots", None)
+    return int(slots) if isinstance(slots, int) and slots > 0 else 1
+
+
+def text_of(model: Any, tokens: list[int]) -> str:
+    backend = model.backend
+    return b"".join(backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+
+def settings(body: NativeRequest) -> dict[str, Any]:
+    """`generation_settings`: the request's sampling as llama.cpp names it."""
+    return {
+        "seed": body.seed if body.seed >= 0 else 0xFFFFFFFF,
+        "temperature": body.temperature,
+        "top_k": body.top_k,
+        "top_p": body.top_p,
+        "min_p": body.min_p,
+        "repeat_last_n": body.repeat_last_n,
+        "repeat_penalty": body.repeat_penalty,
+        "n_predict": body.n_predict,
+        "n_indent": body.n_indent,
+        "t_max_predict_ms": body.t_max_predict_ms,
+        "stop": list(body.stops()),
+        "samplers": body.samplers if isinstance(body.samplers, list) else ["top_k", "top_p", "min_p", "temperature"],
+        "stream": body.stream,
+    }
+
+
+async def answer(service: Service, body: NativeRequest, request: Request, partition: str, endpoint: str) -> Response:
+    """Prepare, queue and answer one request (several jobs for `n_cmpl` > 1)."""
+    model = service.model
+    n = body.completions()
+    if body.stream and n > 1:
+        raise APIError(400, "n_cmpl > 1 is not supported with stream", param="n_cmpl")
+
+    def prepare_all() -> list[Prepared]:
+        memory = service.memory
+        return [
+            prepare(model, body, service.worker.n_ctx, memory.source(partition) if memory is not None else None)
+            for _ in range(n)
+        ]
+
+    prepared = await run_in_threadpool(prepare_all)
+    first = prepared[0]
+    prompt_text = await run_in_threadpool(text_of, model, first.tokens)
+    shapes = [
+        NativeShape(service.config.model_id, prompt_text, len(p.tokens), settings(body), body.return_tokens, i)
+        for i, p in enumerate(prepared)
+    ]
+    if body.n_predict == 0:  # llama.vim's and llama.vscode's requests that only bring new context
+        service.metrics.requests.labels(endpoint, "200").inc()
+        body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
+        return JSONResponse(body_out[0] if n == 1 else body_out)
+    loop = asyncio.get_running_loop()
+    jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
+    for job in jobs:
+        submit(service, job)
+
+    def follow_job(job: Job, p: Prepared, stream: bool) -> AsyncIterator[Any]:
+        watch = Watch(body.n_indent, body.t_max_predict_ms)
+        return follow(
+            job,
+            watch,
+            stops=body.stops(),
+            detokenize=lambda toks: text_of(model, toks),
+            request=None if stream else request,
+            capped=p.capped,
+        )
+
+    async def outcome(job: Job, p: Prepared) -> Outcome:
+        async for item in follow_job(job, p, stream=False):
+            if isinstance(item, Outcome):
+                remember(service, partition, job, item)
+                return item
+        raise APIError(503, "the generation was cancelled")
+
+    if body.stream:
+        return StreamingResponse(
+            stream_lines(
+                follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
+            ),
+            media_type="text/event-stream",
+        )
+    try:
+        outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
+    finally:
+        for job in jobs:
+            job.cancel()
+    service.metrics.requests.labels(endpoint, "200").inc()
+    bodies = [pick_fields(s.final(o), body.response_fields) for s, o in zip(shapes, outcomes, strict=True)]
+    return JSONResponse(bodies[0] if n == 1 else bodies)
+
+
+def submit(service: Service, job: Job) -> None:
+    try:
+        service.worker.submit(job)
+    except QueueFull as exc:
+        raise APIError(
+            429, "too many requests waiting; retry later", headers={"Retry-After": str(exc.retry_after)}
+        ) from exc
+    except ShuttingDown as exc:
+        raise APIError(503, "the server is shutting down") from exc
+
+
+def remember(service: Service, partition: str, job: Job, out: Outcome) -> None:
+    """Keep the request in the service's memory of earlier requests (drafts for the next)."""
+    if service.memory is not None:
+        service.memory.add(partition, [job.tokens + out.tokens])
+
+
+async def stream_lines(
+    items: AsyncIterator[Any],
+    shape: NativeShape,
+    body: NativeRequest,
+    service: Service,
+    partition: str,
+    job: Job,
+    endpoint: str,
+) -> AsyncIterator[str]:
+    status = "200"
+    n_predicted = 0
+    try:
+        async for item in items:
+            if isinstance(item, Outcome):
+                remember(service, partition, job, item)
+                final = pick_fields(shape.final(item, streamed=True), body.response_fields)
+                yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
+                break
+            text, tokens = item
+            n_predicted += len(tokens)
+            yield "data: " + json.dumps(shape.partial(text, tokens, n_predicted), separators=(",", ":")) + "\n\n"
+    except APIError as exc:
+        status = str(exc.status)
+        yield "data: " + json.dumps(errors.error_body(exc.status, exc.message)) + "\n\n"
+    finally:
+        job.cancel()
+        service.metrics.requests.labels(endpoint, status).inc()
