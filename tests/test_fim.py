@@ -120,3 +120,14 @@ def test_a_model_without_fim_tokens_is_told_so() -> None:
 )
 def test_indent_cut(text: str, n_indent: int, cut: int | None) -> None:
     assert indent_cut(text, n_indent) == cut
+
+
+def test_a_small_context_splits_between_the_code_and_the_chunks() -> None:
+    extra = [Chunk("a", "A" * 5000)]
+    p = infill_prompt(Vocab(), "p" * 5000, "s" * 5000, extra=extra, n_ctx=2048, n_predict=24)
+    head = p.tokens[: p.tokens.index(PRE)]
+    assert len(head) == 2048 - 1000 - 48  # batch (2048 - 48) // 2 = 1000
+    assert len(p.tokens) + 24 <= 2048
+    # the chunks' cut does not move when the prefix grows (a prompt cache keeps the start)
+    q = infill_prompt(Vocab(), "p" * 40, "s", extra=extra, n_ctx=2048, n_predict=24)
+    assert q.tokens[: q.tokens.index(PRE)] == head

@@ -10,7 +10,8 @@ them out for `/infill`, so a model reads the same tokens from us as from llama-s
 `prompt` (the current line up to the cursor, as llama.vim sends it) goes right after the
 prefix. What must be cut to fit is cut far from the cursor, with llama.cpp's shares: the
 prefix keeps its last 3/4 of a batch, the suffix its first 1/4 less the prompt, and the
-extra chunks what the context has left beside them, their end (nearest the file) first.
+extra chunks what the context has left beside a batch and two replies, their end (nearest
+the file) first.
 A model without FIM tokens cannot do this: `FimUnsupported` says which are missing.
 """
 
@@ -103,8 +104,14 @@ def infill_prompt(
     prompt_tokens = vocab.tokenize(prompt, add_special=False, parse_special=True)
     bos = vocab.tokenize("", add_special=True)  # [BOS] if the model wants one, else []
     n_predict = max(0, n_predict)
-    # llama.cpp sizes the FIM part to one batch; a context smaller than a batch (with the
-    # reply and the 3 FIM tokens and BOS beside it) shrinks that batch so the prompt fits.
+    # llama.cpp sizes the FIM part to one batch and gives the chunks a fixed share of the
+    # rest, whatever the prefix's length: the chunks' cut then stays put from one keystroke
+    # to the next, and so does the start of the prompt (what a prompt cache reuses). Where
+    # that share would be nothing (a context under a batch and two replies), the FIM part
+    # and the chunks split the context in halves; and the FIM part always fits beside the
+    # reply, the 3 FIM tokens and BOS.
+    if extra and n_ctx - n_batch - 2 * n_predict <= 0:
+        n_batch = (n_ctx - 2 * n_predict) // 2
     batch = max(0, min(n_batch, n_ctx - n_predict - 4 - len(bos)))
     n_prefix = min(len(prefix_tokens), 3 * (batch // 4))
     n_suffix = min(len(suffix_tokens), max(0, batch // 4 - (2 + len(prompt_tokens))))

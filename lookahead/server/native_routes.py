@@ -73,7 +73,7 @@ def install(app: FastAPI, service: Service, authorize: Callable[[Request], str],
         bad = [t for t in body.tokens if not 0 <= t < n_vocab]
         if bad:
             raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
-        return {"content": text_of(model, body.tokens)}
+        return {"content": text_of(model, body.tokens, special=True)}
 
     @app.get("/props")
     async def props(partition: str = Depends(authorize)) -> dict[str, Any]:
@@ -111,9 +111,16 @@ def slot_count(service: Service) -> int:
     return int(slots) if isinstance(slots, int) and slots > 0 else 1
 
 
-def text_of(model: Any, tokens: list[int]) -> str:
+def text_of(model: Any, tokens: list[int], special: bool = False) -> str:
+    """The tokens' text; `special`: with control tokens written out (<|fim_prefix|>, ...), as
+    llama.cpp writes a prompt it echoes and `/detokenize`'s answer."""
     backend = model.backend
-    return b"".join(backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def piece(t: int) -> bytes:
+        raw: bytes = backend.token_bytes(t)
+        return raw if raw or not special else backend.special_text(t).encode("utf-8")
+
+    return b"".join(piece(t) for t in tokens).decode("utf-8", "replace")
 
 
 def settings(body: NativeRequest) -> dict[str, Any]:
@@ -151,7 +158,7 @@ async def answer(service: Service, body: NativeRequest, request: Request, partit
 
     prepared = await run_in_threadpool(prepare_all)
     first = prepared[0]
-    prompt_text = await run_in_threadpool(text_of, model, first.tokens)
+    prompt_text = await run_in_threadpool(text_of, model, first.tokens, True)
     shapes = [
         NativeShape(service.config.model_id, prompt_text, len(p.tokens), settings(body), body.return_tokens, i)
         for i, p in enumerate(prepared)
