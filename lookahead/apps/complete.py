@@ -227,7 +227,6 @@ def stream_completion(
     completion is cut; its statistics then count every token generated, the few past the
     cut too, and the prefill time is the first step's wait less its draft and verify.
     """
-    code_stop = CodeStop(language, split.prefix, split.suffix)  # on the text as it goes in
     # The suffix as a draft source: a PredictionIndex, a cursor into the code after the
     # cursor, rather than a CorpusIndex over it. When the completion runs into code that
     # is already there (the model rewriting the next lines, as a prefix-only model does),
@@ -250,6 +249,15 @@ def stream_completion(
         draft=draft,
         sources=sources,
     )
+    return finish_completion(events, prompt, split, language=language)
+
+
+def finish_completion(
+    events: Iterator[Event], prompt: CompletionPrompt, split: Split, *, language: str | None
+) -> Iterator[Event]:
+    """A generation's events as a completion at the cursor (see `stream_completion`),
+    wherever they were generated: here, or by a server (`lookahead.apps.remote`)."""
+    code_stop = CodeStop(language, split.prefix, split.suffix)  # on the text as it goes in
     tally = _Tally()
     text = ""  # the streamed text so far
     shown = 0  # how much of the completion (healed) the Steps yielded so far carry
