@@ -227,3 +227,13 @@ def test_openai_suffix_builds_the_same_fim_prompt(server: Running) -> None:
         {"input_prefix": PREFIX + MIDDLE, "input_suffix": SUFFIX, "n_predict": 8, "temperature": 0, **PLAIN},
     ).json()
     assert native["tokens_evaluated"] == len(fim.tokens)  # the same prompt either way
+
+
+def test_a_fim_prompt_written_as_text_reads_its_special_tokens(server: Running) -> None:
+    # Continue's llama.cpp provider builds the FIM prompt itself and sends it to /completion
+    text = f"<|fim_prefix|>{PREFIX}{MIDDLE}<|fim_suffix|>{SUFFIX}<|fim_middle|>"
+    body = post(server, "/completion", {"prompt": text, "n_predict": 8, "temperature": 0, **PLAIN}).json()
+    vocab = server.service.model.backend
+    assert body["tokens_evaluated"] == len(vocab.tokenize(text, add_special=True, parse_special=True))
+    assert body["tokens_evaluated"] < len(vocab.tokenize(text, add_special=True, parse_special=False))
+    assert "threads(" in body["content"], body["content"]  # it fills the middle

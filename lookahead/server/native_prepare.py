@@ -93,12 +93,13 @@ def code_corpus(docs: Sequence[Sequence[int]]) -> CorpusIndex | None:
 def completion_tokens(model: Model, body: CompletionRequest) -> list[int]:
     """`/completion`'s prompt: text (with BOS where the model wants one), token ids, or a
     mix of both as llama.cpp reads it (BOS only before a leading text)."""
-    if isinstance(body.prompt, str):
-        return model.prompt_tokens(body.prompt)
+    # special tokens written in the text are read as such, as llama.cpp reads them: a client
+    # that builds its own FIM prompt (Continue) writes <|fim_prefix|> ... <|fim_middle|>
+    parts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     tokens: list[int] = []
-    for i, part in enumerate(body.prompt):
+    for i, part in enumerate(parts):
         if isinstance(part, str):
-            tokens += model.backend.tokenize(part, add_special=i == 0, parse_special=False)
+            tokens += model.backend.tokenize(part, add_special=i == 0, parse_special=True)
         else:
             tokens.append(part)
     n_vocab = model.backend.n_vocab
