@@ -232,6 +232,8 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         key = key.strip()
+        if not header and "x-api-key" in request.headers:  # Anthropic's header, which llama-server takes too
+            scheme, key = "bearer", request.headers["x-api-key"].strip()
         if scheme.lower() != "bearer" or not any(hmac.compare_digest(key, k) for k in config.api_keys):
             raise APIError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')", code="invalid_api_key")
         return partition_of(key)

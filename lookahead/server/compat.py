@@ -11,8 +11,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # path without the prefix -> the route that serves it
 UNPREFIXED = {
@@ -37,13 +36,50 @@ class Unprefixed:
         await self.app(scope, receive, send)
 
 
+class Cors:
+    """CORS as llama-server answers it: the caller's origin is allowed back, with
+    credentials; a preflight (OPTIONS with an Origin) is answered here, 200, without an API
+    key (the browser sends none with it), naming every method and header as allowed. With
+    an API key set, a page on another origin still needs the key to get an answer."""
+
+    METHODS = "GET, POST, DELETE, OPTIONS"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        origin = headers.get(b"origin")
+        if origin is None:
+            await self.app(scope, receive, send)
+            return
+        allow = [
+            (b"access-control-allow-origin", origin),
+            (b"access-control-allow-credentials", b"true"),
+            (b"vary", b"Origin"),
+        ]
+        if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
+            allow += [
+                (b"access-control-allow-methods", self.METHODS.encode()),
+                (b"access-control-allow-headers", b"*"),
+                (b"content-length", b"0"),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": allow})
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[*message.get("headers", []), *allow])
+            await send(message)
+
+        await self.app(scope, receive, with_cors)
+
+
 def install(app: FastAPI) -> None:
     """Add the unprefixed routes and CORS to the app (CORS outermost)."""
     app.add_middleware(Unprefixed)
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origin_regex=".*",  # the caller's origin, echoed back (credentials need that, not "*")
-        allow_credentials=True,
-        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-        allow_headers=["*"],
-    )
+    app.add_middleware(Cors)
