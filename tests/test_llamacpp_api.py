@@ -164,13 +164,17 @@ def test_openai_routes_without_v1_and_any_model_name(server: Running) -> None:
     import openai
 
     client = openai.OpenAI(base_url=server.url, api_key=KEY, timeout=120, max_retries=0)
-    resp = client.completions.create(model="gpt-3.5-turbo", prompt=PROMPT, max_tokens=4, temperature=0)
-    assert resp.model == MODEL_ID and resp.choices[0].text
     chat = client.chat.completions.create(
         model="anything", messages=[{"role": "user", "content": "hi"}], max_tokens=4, temperature=0
     )
-    assert chat.model == MODEL_ID
+    assert chat.model == MODEL_ID and chat.choices[0].message.content
     assert [m.id for m in client.models.list()] == [MODEL_ID]
+    v1 = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=120, max_retries=0)
+    resp = v1.completions.create(model="gpt-3.5-turbo", prompt=PROMPT, max_tokens=4, temperature=0)
+    assert resp.model == MODEL_ID and resp.choices[0].text
+    # /completions without the prefix is llama.cpp's own completion, as in llama-server
+    native = post(server, "/completions", {"prompt": PROMPT, "max_tokens": 4, "temperature": 0}).json()
+    assert native["content"] == resp.choices[0].text and native["tokens_predicted"] == 4
 
 
 def test_the_api_key_is_still_required_on_every_route(server: Running) -> None:
@@ -199,3 +203,11 @@ def test_cors_lets_a_browser_page_call_the_service(server: Running) -> None:
         assert pre.headers["access-control-allow-headers"] == "*"
         r = c.get("/health", headers={"Origin": "http://example.org"})
         assert r.headers["access-control-allow-origin"] == "http://example.org"
+        # the names as llama-server capitalizes them (some clients compare them as written)
+        assert b"Access-Control-Allow-Origin" in [k for k, _ in r.headers.raw]
+
+
+def test_an_image_in_a_chat_is_a_400_not_ignored(server: Running) -> None:
+    parts = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "file://x.jpeg"}}]
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": parts}], "max_tokens": 1})
+    assert r.status_code == 400 and "image_url content is not supported" in r.json()["error"]["message"]

@@ -1,7 +1,7 @@
 """What llama-server's clients expect of a server beyond its routes:
 
-- the OpenAI routes also without the `/v1` prefix (`/completions`, `/chat/completions`,
-  `/models`), as llama-server serves them: an OpenAI client whose base URL lacks `/v1`
+- the OpenAI chat and model routes also without the `/v1` prefix (`/chat/completions`,
+  `/models`), as llama-server serves them: an OpenAI chat client whose base URL lacks `/v1`
   works;
 - CORS, so a browser page on another origin (a web UI, an editor in a browser) can call
   the service: the request's origin is allowed back, with credentials, and the preflight
@@ -14,8 +14,9 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # path without the prefix -> the route that serves it
+# (`/completions` without the prefix is llama.cpp's own completion in llama-server, and so
+# it is here: see native_routes.)
 UNPREFIXED = {
-    "/completions": "/v1/completions",
     "/chat/completions": "/v1/chat/completions",
     "/models": "/v1/models",
 }
@@ -56,15 +57,16 @@ class Cors:
         if origin is None:
             await self.app(scope, receive, send)
             return
+        # the names capitalized as llama-server writes them (some clients compare them so)
         allow = [
-            (b"access-control-allow-origin", origin),
-            (b"access-control-allow-credentials", b"true"),
-            (b"vary", b"Origin"),
+            (b"Access-Control-Allow-Origin", origin),
+            (b"Access-Control-Allow-Credentials", b"true"),
+            (b"Vary", b"Origin"),
         ]
         if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
             allow += [
-                (b"access-control-allow-methods", self.METHODS.encode()),
-                (b"access-control-allow-headers", b"*"),
+                (b"Access-Control-Allow-Methods", self.METHODS.encode()),
+                (b"Access-Control-Allow-Headers", b"*"),
                 (b"content-length", b"0"),
             ]
             await send({"type": "http.response.start", "status": 200, "headers": allow})

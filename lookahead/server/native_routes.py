@@ -2,6 +2,7 @@
 
     POST /infill       fill-in-the-middle for editors (llama.vim, llama.vscode)
     POST /completion   a raw completion (text or token ids), llama.cpp's response fields
+                       (also as /completions, as in llama-server: OpenAI's is /v1/completions)
     POST /tokenize, /detokenize
     GET  /props, /slots
 
@@ -47,6 +48,7 @@ def install(app: FastAPI, service: Service, authorize: Callable[[Request], str],
         return await answer(ready(), body, request, partition, "infill")
 
     @app.post("/completion", response_model=None)
+    @app.post("/completions", response_model=None)  # llama-server's name for it too (not OpenAI's)
     async def completion(body: CompletionRequest, request: Request, partition: str = Depends(authorize)) -> Response:
         return await answer(ready(), body, request, partition, "completion")
 

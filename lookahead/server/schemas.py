@@ -112,6 +112,16 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, v: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        # an image or audio part left out would answer a question about what it shows
+        for part in v if isinstance(v, list) else []:
+            kind = part.get("type", "text") if isinstance(part, dict) else "text"
+            if kind != "text":
+                raise ValueError(f"{kind} content is not supported by this server (text models only)")
+        return v
+
     def text(self) -> str:
         if isinstance(self.content, list):
             return "".join(str(p.get("text", "")) for p in self.content if isinstance(p, dict))
