@@ -247,6 +247,18 @@ def serve(
     index_file: Annotated[
         Path | None, typer.Option("--index-file", help="Keep the shared index in this file across restarts.")
     ] = None,
+    index_scope: Annotated[
+        str | None,
+        typer.Option(
+            "--index-scope",
+            help="Whose earlier requests a request drafts from: 'key' (the same API key's) or 'none'. "
+            "Default: 'key' with API keys, else 'none' (clients without keys would share one memory, "
+            "and a response's accepted count could hint at what another client sent).",
+        ),
+    ] = None,
+    metrics_key: Annotated[
+        str | None, typer.Option("--metrics-key", help="The key /metrics asks for (default: any API key).")
+    ] = None,
     no_spec: Annotated[
         bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for drafts.")
     ] = False,
@@ -278,7 +290,8 @@ def serve(
     /health, /metrics) that keeps one model warm and drafts from what it has seen.
 
     Example: lookahead serve --port 8000, then
-    curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+    curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"messages": [{"role": "user", "content": "Hi"}]}'
     """
     from lookahead.cli.serve_cmd import read_keys, run_serve
     from lookahead.core.draft_state import DraftConfig
@@ -297,6 +310,8 @@ def serve(
             threads=threads,
             shared_index=not no_shared_index,
             index_file=index_file,
+            index_scope=index_scope,
+            metrics_key=metrics_key,
             draft=draft,
             log_level=log_level,
             parallel=parallel,

@@ -23,9 +23,9 @@ from lookahead.index.base import DraftSource
 from lookahead.index.corpus import CorpusError, CorpusIndex
 from lookahead.index.prediction import PredictionIndex
 from lookahead.server.errors import APIError
+from lookahead.server.jobs import Job
 from lookahead.server.native_schemas import CompletionRequest, InfillRequest, NativeRequest
 from lookahead.server.schemas import CompletionRequest as OpenAICompletion
-from lookahead.server.worker import Job
 
 MIN_CONTEXT_DOC = 8  # shorter texts say too little to draft from
 

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lookahead.core.engine import Stats
 from lookahead.server import errors
+from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
+from lookahead.server.jobs import Job
 from lookahead.server.native_prepare import Prepared, make_job, prepare
 from lookahead.server.native_run import Watch, follow
 from lookahead.server.native_schemas import (
@@ -35,82 +37,91 @@ from lookahead.server.native_schemas import (
     TokenizeRequest,
 )
 from lookahead.server.native_shape import NativeShape, Outcome, pick_fields
-from lookahead.server.worker import Job, QueueFull, ShuttingDown
+from lookahead.server.prepare import admission
+from lookahead.server.service import Service
 
-Service = Any  # lookahead.server.app.Service (not imported: app imports this module)
+router = APIRouter()
 
 
-def install(app: FastAPI, service: Service, authorize: Callable[[Request], str], ready: Callable[[], Service]) -> None:
-    """Add llama.cpp's routes to the app; `authorize` and `ready` are the app's own checks."""
+@router.post("/infill", response_model=None)
+async def infill(body: InfillRequest, request: Request, caller: Caller) -> Response:
+    return await answer(ready(request), body, request, caller, "infill")
 
-    @app.post("/infill", response_model=None)
-    async def infill(body: InfillRequest, request: Request, partition: str = Depends(authorize)) -> Response:
-        return await answer(ready(), body, request, partition, "infill")
 
-    @app.post("/completion", response_model=None)
-    @app.post("/completions", response_model=None)  # llama-server's name for it too (not OpenAI's)
-    async def completion(body: CompletionRequest, request: Request, partition: str = Depends(authorize)) -> Response:
-        return await answer(ready(), body, request, partition, "completion")
+@router.post("/completion", response_model=None)
+@router.post("/completions", response_model=None)  # llama-server's name for it too (not OpenAI's)
+async def completion(body: CompletionRequest, request: Request, caller: Caller) -> Response:
+    return await answer(ready(request), body, request, caller, "completion")
 
-    @app.post("/tokenize")
-    async def tokenize(body: TokenizeRequest, partition: str = Depends(authorize)) -> dict[str, Any]:
-        vocab = ready().model.backend
-        tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
-        if not body.with_pieces:
-            return {"tokens": tokens}
-        pieces = []
-        for t in tokens:
-            raw = vocab.token_bytes(t)
-            try:
-                piece: str | list[int] = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                piece = list(raw)  # llama.cpp's form for a piece that is not valid UTF-8
-            pieces.append({"id": t, "piece": piece})
-        return {"tokens": pieces}
 
-    @app.post("/detokenize")
-    async def detokenize(body: DetokenizeRequest, partition: str = Depends(authorize)) -> dict[str, Any]:
-        model = ready().model
-        n_vocab = model.backend.n_vocab
-        bad = [t for t in body.tokens if not 0 <= t < n_vocab]
-        if bad:
-            raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
-        return {"content": text_of(model, body.tokens, special=True)}
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
+    vocab = model_of(ready(request)).backend
+    tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    if not body.with_pieces:
+        return {"tokens": tokens}
+    pieces = []
+    for t in tokens:
+        raw = vocab.token_bytes(t)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)  # llama.cpp's form for a piece that is not valid UTF-8
+        pieces.append({"id": t, "piece": piece})
+    return {"tokens": pieces}
 
-    @app.get("/props")
-    async def props(partition: str = Depends(authorize)) -> dict[str, Any]:
-        svc = ready()
-        defaults = NativeRequest()
-        slots = slot_count(svc)
-        return {
-            "default_generation_settings": {"params": settings(defaults), "n_ctx": svc.worker.n_ctx},
-            "total_slots": slots,
-            "model_alias": svc.config.model_id,
-            "model_path": str(getattr(svc.model.backend, "path", "")),
-            "modalities": {"vision": False, "video": False, "audio": False},
-            "endpoint_slots": True,
-            "endpoint_props": False,
-            "endpoint_metrics": True,
-            "chat_template": svc.model.backend.meta("tokenizer.chat_template") or "",
-            "bos_token": "",
-            "eos_token": "",
-            "build_info": "lookahead",
-            "is_sleeping": False,
-        }
 
-    @app.get("/slots")
-    async def slots(partition: str = Depends(authorize)) -> list[dict[str, Any]]:
-        svc = ready()
-        busy = bool(svc.worker.busy) if hasattr(svc.worker, "busy") else False
-        return [
-            {"id": i, "n_ctx": svc.worker.n_ctx, "is_processing": busy and i == 0, "speculative": True}
-            for i in range(slot_count(svc))
-        ]
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
+    model = model_of(ready(request))
+    n_vocab = model.backend.n_vocab
+    bad = [t for t in body.tokens if not 0 <= t < n_vocab]
+    if bad:
+        raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
+    return {"content": text_of(model, body.tokens, special=True)}
+
+
+@router.get("/props")
+async def props(request: Request, caller: Caller) -> dict[str, Any]:
+    svc = ready(request)
+    model = model_of(svc)
+    defaults = NativeRequest()
+    return {
+        "default_generation_settings": {"params": settings(defaults), "n_ctx": worker_of(svc).n_ctx},
+        "total_slots": slot_count(svc),
+        "model_alias": svc.config.model_id,
+        "model_path": str(getattr(model.backend, "path", "")),
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "chat_template": model.backend.meta("tokenizer.chat_template") or "",
+        "bos_token": "",
+        "eos_token": "",
+        "build_info": "lookahead",
+        "is_sleeping": False,
+    }
+
+
+@router.get("/slots")
+async def slots(request: Request, caller: Caller) -> list[dict[str, Any]]:
+    svc = ready(request)
+    n_ctx = worker_of(svc).n_ctx
+    return [{"id": i, "n_ctx": n_ctx, "speculative": True} for i in range(slot_count(svc))]
+
+
+def model_of(service: Service) -> Any:
+    assert service.model is not None
+    return service.model
+
+
+def worker_of(service: Service) -> Any:
+    assert service.worker is not None
+    return service.worker
 
 
 def slot_count(service: Service) -> int:
-    slots = getattr(service.worker, "parallel", None) or getattr(service.worker, "n_slots", None)
-    return int(slots) if isinstance(slots, int) and slots > 0 else 1
+    return int(worker_of(service).capacity)
 
 
 def text_of(model: Any, tokens: list[int], special: bool = False) -> str:
@@ -144,17 +155,23 @@ def settings(body: NativeRequest) -> dict[str, Any]:
     }
 
 
-async def answer(service: Service, body: NativeRequest, request: Request, partition: str, endpoint: str) -> Response:
+async def answer(
+    service: Service, body: NativeRequest, request: Request, caller: str | None, endpoint: str
+) -> Response:
     """Prepare, queue and answer one request (several jobs for `n_cmpl` > 1)."""
-    model = service.model
+    model = model_of(service)
+    worker = worker_of(service)
+    memory = service.memory
+    partition = memory.partition(caller) if memory is not None else ""
     n = body.completions()
     if body.stream and n > 1:
         raise APIError(400, "n_cmpl > 1 is not supported with stream", param="n_cmpl")
 
     def prepare_all() -> list[Prepared]:
-        memory = service.memory
+        with admission():
+            worker.check_room()  # 429 before any work
         return [
-            prepare(model, body, service.worker.n_ctx, memory.source(partition) if memory is not None else None)
+            prepare(model, body, worker.n_ctx, memory.source(partition) if memory is not None else None)
             for _ in range(n)
         ]
 
@@ -210,14 +227,8 @@ async def answer(service: Service, body: NativeRequest, request: Request, partit
 
 
 def submit(service: Service, job: Job) -> None:
-    try:
-        service.worker.submit(job)
-    except QueueFull as exc:
-        raise APIError(
-            429, "too many requests waiting; retry later", headers={"Retry-After": str(exc.retry_after)}
-        ) from exc
-    except ShuttingDown as exc:
-        raise APIError(503, "the server is shutting down") from exc
+    with admission():
+        worker_of(service).submit(job)
 
 
 def remember(service: Service, partition: str, job: Job, out: Outcome) -> None:

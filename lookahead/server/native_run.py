@@ -17,8 +17,8 @@ from lookahead.apps.fim import indent_cut
 from lookahead.core.engine import Done, Result, Stats, Step
 from lookahead.errors import LookaheadError, UserError
 from lookahead.server.errors import APIError
+from lookahead.server.jobs import END, Job, ShuttingDown
 from lookahead.server.native_shape import Outcome, stop_of
-from lookahead.server.worker import END, Job, ShuttingDown
 
 
 class Watch:
