@@ -156,6 +156,13 @@ class CompletionPrompt:
         return text[len(self.healed) :] if self.healed and text.startswith(self.healed) else text
 
 
+def blank_indent(prefix: str) -> str:
+    """The blank indentation the cursor sits on, on an otherwise empty line ("" if none):
+    left out of the prompt for the model to write (see `CompletionPrompt.healed`)."""
+    line = prefix[prefix.rfind("\n") + 1 :]
+    return line if line and not line.strip(" \t") else ""
+
+
 def completion_prompt(vocab: FimVocab, split: Split, *, fim: bool = True, room: int) -> CompletionPrompt:
     """The prompt for a completion at `split`'s cursor, at most `room` tokens (the context
     less the tokens to generate): fill-in-the-middle when `fim` and the vocabulary has FIM
@@ -167,8 +174,7 @@ def completion_prompt(vocab: FimVocab, split: Split, *, fim: bool = True, room: 
             "(raise --n-ctx or lower --max-tokens)"
         )
     bos = vocab.tokenize("", add_special=True)  # [BOS] if the model wants one, else []
-    line = split.prefix[split.prefix.rfind("\n") + 1 :]
-    healed = line if line and not line.strip(" \t") else ""
+    healed = blank_indent(split.prefix)
     prefix = vocab.tokenize(split.prefix[: len(split.prefix) - len(healed)], add_special=False)
     suffix = vocab.tokenize(split.suffix, add_special=False)
     specials = (vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid())

@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from lookahead.apps.complete import CompletionPrompt, Split
+from lookahead.apps.complete import CompletionPrompt, Split, blank_indent
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, Event, Result, Stats, Step
 from lookahead.core.sampling import SamplingConfig
@@ -39,9 +39,7 @@ class ServerUnavailable(Exception):
 
 def remote_prompt(split: Split, fim: bool) -> CompletionPrompt:
     """What the server is sent of the cursor's place (no tokens: the server tokenizes)."""
-    line = split.prefix[split.prefix.rfind("\n") + 1 :]
-    healed = line if line and not line.strip(" \t") else ""
-    return CompletionPrompt([], fim, [], 0, healed)
+    return CompletionPrompt([], fim, [], 0, blank_indent(split.prefix))
 
 
 def request_body(
