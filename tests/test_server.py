@@ -247,7 +247,16 @@ def _post(server: Running, path: str, body: Any, key: str | None = KEY_A, raw: b
     ("path", "body", "needle"),
     [
         ("/v1/completions", {"prompt": "hi", "max_tokens": "many"}, "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, "not served here"),
+        ("/v1/completions", {"prompt": "hi", "logprobs": 2}, "logprobs"),
+        ("/v1/completions", {"prompt": "hi", "best_of": 3}, "best_of"),
+        ("/v1/completions", {"prompt": "hi", "suffix": "x"}, "fill-in-the-middle"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "tools"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+            "response_format",
+        ),
         ("/v1/completions", {"prompt": ""}, "empty"),
         ("/v1/completions", {}, "prompt"),
         ("/v1/chat/completions", {"messages": []}, "messages"),

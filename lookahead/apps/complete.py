@@ -156,6 +156,13 @@ class CompletionPrompt:
         return text[len(self.healed) :] if self.healed and text.startswith(self.healed) else text
 
 
+def blank_indent(prefix: str) -> str:
+    """The blank indentation the cursor sits on, on an otherwise empty line ("" if none):
+    left out of the prompt for the model to write (see `CompletionPrompt.healed`)."""
+    line = prefix[prefix.rfind("\n") + 1 :]
+    return line if line and not line.strip(" \t") else ""
+
+
 def completion_prompt(vocab: FimVocab, split: Split, *, fim: bool = True, room: int) -> CompletionPrompt:
     """The prompt for a completion at `split`'s cursor, at most `room` tokens (the context
     less the tokens to generate): fill-in-the-middle when `fim` and the vocabulary has FIM
@@ -167,8 +174,7 @@ def completion_prompt(vocab: FimVocab, split: Split, *, fim: bool = True, room: 
             "(raise --n-ctx or lower --max-tokens)"
         )
     bos = vocab.tokenize("", add_special=True)  # [BOS] if the model wants one, else []
-    line = split.prefix[split.prefix.rfind("\n") + 1 :]
-    healed = line if line and not line.strip(" \t") else ""
+    healed = blank_indent(split.prefix)
     prefix = vocab.tokenize(split.prefix[: len(split.prefix) - len(healed)], add_special=False)
     suffix = vocab.tokenize(split.suffix, add_special=False)
     specials = (vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid())
@@ -227,7 +233,6 @@ def stream_completion(
     completion is cut; its statistics then count every token generated, the few past the
     cut too, and the prefill time is the first step's wait less its draft and verify.
     """
-    code_stop = CodeStop(language, split.prefix, split.suffix)  # on the text as it goes in
     # The suffix as a draft source: a PredictionIndex, a cursor into the code after the
     # cursor, rather than a CorpusIndex over it. When the completion runs into code that
     # is already there (the model rewriting the next lines, as a prefix-only model does),
@@ -250,6 +255,15 @@ def stream_completion(
         draft=draft,
         sources=sources,
     )
+    return finish_completion(events, prompt, split, language=language)
+
+
+def finish_completion(
+    events: Iterator[Event], prompt: CompletionPrompt, split: Split, *, language: str | None
+) -> Iterator[Event]:
+    """A generation's events as a completion at the cursor (see `stream_completion`),
+    wherever they were generated: here, or by a server (`lookahead.apps.remote`)."""
+    code_stop = CodeStop(language, split.prefix, split.suffix)  # on the text as it goes in
     tally = _Tally()
     text = ""  # the streamed text so far
     shown = 0  # how much of the completion (healed) the Steps yielded so far carry

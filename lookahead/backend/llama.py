@@ -195,6 +195,13 @@ class LlamaVocab:
     def fim_mid(self) -> int | None:
         return self._token_or_none(ll.llama_vocab_fim_mid(self._vocab))
 
+    # The repository-level FIM pattern's tokens (Qwen2.5-Coder's <|repo_name|>, <|file_sep|>).
+    def fim_rep(self) -> int | None:
+        return self._token_or_none(ll.llama_vocab_fim_rep(self._vocab))
+
+    def fim_sep(self) -> int | None:
+        return self._token_or_none(ll.llama_vocab_fim_sep(self._vocab))
+
     @staticmethod
     def _token_or_none(token: int) -> int | None:
         return int(token) if token >= 0 else None  # llama.cpp says -1 (LLAMA_TOKEN_NULL)

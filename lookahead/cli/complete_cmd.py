@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +17,18 @@ from lookahead.apps.complete import (
     Split,
     completion_prompt,
     context_corpus,
+    finish_completion,
     read_source,
     split_at_cursor,
     stream_completion,
     write_completion,
 )
+from lookahead.apps.remote import ENV_API_KEY, ServerUnavailable, remote_events, remote_prompt
 from lookahead.backend.llama import LlamaVocab
 from lookahead.cli.generate_cmd import check_options, json_summary, live_info, open_model, print_result
 from lookahead.cli.live import show
 from lookahead.core.draft_state import DraftConfig
-from lookahead.core.engine import Result
+from lookahead.core.engine import Event, Result
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import UserError
 from lookahead.index.corpus import CorpusError, CorpusIndex
@@ -83,6 +86,7 @@ def run_complete(
     n_ctx: int,
     threads: int,
     live: bool = False,
+    server: str | None = None,
 ) -> None:
     """The command, its options as `lookahead complete` takes them."""
     # Everything about the input is checked before the model loads.
@@ -95,6 +99,14 @@ def run_complete(
     if write and not (os.access(file, os.W_OK) and os.access(file.resolve().parent, os.W_OK)):
         raise UserError(f"cannot write {file} (--write needs the file and its folder writable)")
     err = Console(stderr=True)
+    language = None if no_block_stop else language_of(file)
+    if server:
+        remote = ask_server(server, split, fim, max_tokens, sampling, tuple(stop or ()), draft_cfg, err)
+        if remote is not None:
+            prompt, events = remote
+            result = show(finish_completion(events, prompt, split, language=language), echo=not as_json, err=err)
+            finish_complete(file, split, prompt, result, write=write, as_json=as_json, err=err, n_ctx=n_ctx)
+            return
     prompts: list[CompletionPrompt] = []
 
     def build_prompt(path: Path) -> None:  # with the vocabulary alone, before the weights load
@@ -105,9 +117,7 @@ def run_complete(
         finally:
             vocab.close()
 
-    lm, _ = open_model(
-        model, n_ctx=n_ctx, threads=threads, draft=draft_cfg, live=live, err=err, check=build_prompt
-    )
+    lm, _ = open_model(model, n_ctx=n_ctx, threads=threads, draft=draft_cfg, live=live, err=err, check=build_prompt)
     prompt = prompts[0]
     corpus: CorpusIndex | None = None
     if folder is not None and draft_cfg.enabled:
@@ -124,7 +134,7 @@ def run_complete(
         lm,
         prompt,
         split,
-        language=None if no_block_stop else language_of(file),
+        language=language,
         max_tokens=max_tokens,
         stop=tuple(stop or ()),
         sampling=sampling,
@@ -132,11 +142,55 @@ def run_complete(
         context=corpus,
     )
     result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
+    finish_complete(file, split, prompt, result, write=write, as_json=as_json, err=err, n_ctx=lm.backend.n_ctx)
+
+
+def finish_complete(
+    file: Path,
+    split: Split,
+    prompt: CompletionPrompt,
+    result: Result,
+    *,
+    write: bool,
+    as_json: bool,
+    err: Console,
+    n_ctx: int,
+) -> None:
+    """Write the completion in (--write), then the --json object or the summary line."""
     if write:
         write_completion(file, split, result.text, original)
     if as_json:
         sys.stdout.write(json.dumps(completion_json(split, prompt, result, write), ensure_ascii=False) + "\n")
         return
-    print_result(result, False, err, n_ctx=lm.backend.n_ctx)
+    print_result(result, False, err, n_ctx=n_ctx)
     if write:
         err.print(f"[dim]wrote the completion into {file} at {split.cursor.line}:{split.cursor.col}[/dim]")
+
+
+def ask_server(
+    server: str,
+    split: Split,
+    fim: bool,
+    max_tokens: int,
+    sampling: SamplingConfig,
+    stop: tuple[str, ...],
+    draft: DraftConfig,
+    err: Console,
+) -> tuple[CompletionPrompt, Iterator[Event]] | None:
+    """The server's completion (None: it cannot be reached, so the model loads here)."""
+    if not server.startswith(("http://", "https://")):
+        raise UserError(f"--server must be an http:// or https:// URL, got {server!r}")
+    try:
+        return remote_events(
+            server,
+            split,
+            remote_prompt(split, fim),
+            max_tokens=max_tokens,
+            sampling=sampling,
+            stop=stop,
+            draft=draft,
+            api_key=os.environ.get(ENV_API_KEY) or None,
+        )
+    except ServerUnavailable as exc:
+        err.print(f"[dim]{exc}: loading the model here instead[/dim]", highlight=False)
+        return None

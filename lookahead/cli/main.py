@@ -18,6 +18,7 @@ from lookahead.cli.options import (
     NCtxOption,
     NoSpecOption,
     SeedOption,
+    ServerOption,
     StopOption,
     TemperatureOption,
     ThreadsOption,
@@ -412,6 +413,7 @@ def complete(
     n_ctx: NCtxOption = 8192,
     threads: ThreadsOption = 0,
     live: LiveOption = False,
+    server: ServerOption = None,
 ) -> None:
     """Complete code at a cursor in FILE and print it (or --write it in, or --json).
 

@@ -38,3 +38,12 @@ LiveOption = Annotated[
         "when stdout is not a terminal, or with --json).",
     ),
 ]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="LOOKAHEAD_SERVER",
+        help="Have the running `lookahead serve` (or llama-server) at this URL write the completion "
+        "(no model load here; LOOKAHEAD_API_KEY is sent as its key); if it cannot be reached, "
+        "load the model here.",
+    ),
+]

@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from lookahead.api import Model
-from lookahead.server import errors, replica, routes_openai, routes_ops
+from lookahead.server import compat, errors, native_routes, replica, routes_openai, routes_ops
 from lookahead.server.config import ServeConfig
 from lookahead.server.limits import BodyLimit
 from lookahead.server.service import Service
@@ -52,4 +52,6 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     replica.install(app, service, config.replica_id or replica.default_replica_id())
     app.include_router(routes_ops.router)
     app.include_router(routes_openai.router)
+    app.include_router(native_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
+    compat.install(app)  # the OpenAI routes without /v1, CORS
     return app

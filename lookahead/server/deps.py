@@ -24,8 +24,12 @@ def service_of(request: Request) -> Service:
 
 
 def bearer_key(request: Request, keys: tuple[str, ...]) -> str | None:
-    """The configured key the request's `Authorization: Bearer KEY` matches, or None."""
-    scheme, _, sent = request.headers.get("authorization", "").partition(" ")
+    """The configured key the request's `Authorization: Bearer KEY` (or `X-Api-Key: KEY`,
+    Anthropic's header, which llama-server takes too) matches, or None."""
+    header = request.headers.get("authorization", "")
+    scheme, _, sent = header.partition(" ")
+    if not header and "x-api-key" in request.headers:
+        scheme, sent = "bearer", request.headers["x-api-key"]
     if scheme.lower() != "bearer":
         return None
     raw = sent.strip().encode("latin-1")

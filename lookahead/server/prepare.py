@@ -24,6 +24,7 @@ from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, QueueFull, ShuttingDown
+from lookahead.server.native_prepare import openai_prompt
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
 
@@ -52,21 +53,18 @@ def prepare(
     assert model is not None and worker is not None
     with admission():
         worker.check_room()
-    if body.model and body.model != config.model_id:
-        raise APIError(
-            400,
-            f"the model {body.model!r} is not served here; this server serves {config.model_id!r}",
-            param="model",
-            code="model_not_found",
-        )
+    # any `model` name is answered by the one model served (named in the response), as
+    # llama-server and LM Studio answer it: clients often insist on sending one
+    own_sources: list[DraftSource] = []
     try:
         if isinstance(body, ChatCompletionRequest):
             tokens = model.prompt_tokens(body.as_messages(), chat=True)
             wanted = body.limit()
         else:
             assert isinstance(body, CompletionRequest)
-            tokens = model.prompt_tokens(body.text())
             wanted = body.max_tokens
+            # with `suffix`: the fill-in-the-middle prompt /infill builds, the suffix a draft source
+            tokens, own_sources = openai_prompt(model, body, worker.n_ctx)
     except LookaheadError as exc:
         raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
     except (ValueError, TemplateError) as exc:  # the model's chat template refused the messages
@@ -103,7 +101,7 @@ def prepare(
             "output is not bit-identical to plain decoding",
             param="lookahead.exact",
         )
-    sources: list[DraftSource] = []
+    sources: list[DraftSource] = list(own_sources)
     predicted = prediction_tokens(model, body, n_ctx)
     if predicted:
         sources.append(PredictionIndex(predicted))

@@ -1,8 +1,9 @@
 """Request bodies of the OpenAI-compatible API: OpenAI's field names, types and defaults.
 
 Pydantic validates types and ranges; what it rejects becomes an OpenAI-style 400 (see
-`errors.py`). Fields OpenAI has and we do not act on (`logprobs`, `user`, ...) are
-accepted and ignored, as OpenAI's own clients send some of them by default.
+`errors.py`). Fields OpenAI has and we do not act on (`user`, ...) are accepted and
+ignored, as OpenAI's own clients send some of them by default; those whose absence would
+change the answer (`response_format`, `tools`, `logprobs`, ...) are a 400 naming them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lookahead.server.unsupported import refuse_unsupported
 
 MAX_STOPS = 4  # OpenAI's limit on stop sequences
 
@@ -55,6 +58,18 @@ class _Common(BaseModel):
     n: int = Field(default=1, ge=1, le=1)  # one choice per request (see the README)
     prediction: Prediction | None = None
     lookahead: LookaheadOptions | None = None
+    # OpenAI fields this service does not implement, where ignoring them would change what
+    # the client gets: a 400 naming the field (`unsupported.py`)
+    response_format: Any = None
+    tools: Any = None
+    functions: Any = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    best_of: Any = None
+
+    _refuse = field_validator("response_format", "tools", "functions", "logprobs", "top_logprobs", "best_of")(
+        refuse_unsupported
+    )
 
     @field_validator("stop")
     @classmethod
@@ -74,6 +89,7 @@ class CompletionRequest(_Common):
     prompt: str | list[str]
     max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's default for completions
     echo: bool = False
+    suffix: str | None = None  # the text after the completion: a fill-in-the-middle prompt
 
     @field_validator("prompt")
     @classmethod
@@ -95,6 +111,16 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, v: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        # an image or audio part left out would answer a question about what it shows
+        for part in v if isinstance(v, list) else []:
+            kind = part.get("type", "text") if isinstance(part, dict) else "text"
+            if kind != "text":
+                raise ValueError(f"{kind} content is not supported by this server (text models only)")
+        return v
 
     def text(self) -> str:
         if isinstance(self.content, list):

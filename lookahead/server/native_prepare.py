@@ -1,0 +1,173 @@
+"""Turning a llama.cpp-API request (`/infill`, `/completion`) into a job for the worker:
+its prompt tokens, its limits, and the draft sources of where the code is.
+
+An editor's request carries the code around the cursor: the suffix (what follows the
+cursor), the file's text above it, and `input_extra` chunks from other files. Each is a
+draft source for that request, beside the prompt's own indexes and the service's memory of
+earlier requests with the same key: the suffix as a cursor into the code that follows (a
+completion that runs into existing code copies it in one run), the rest as a small corpus
+(their text is often where the next line is already written: a name, a call, a pattern).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from lookahead.api import Model
+from lookahead.apps.fim import Chunk, FimUnsupported, infill_prompt
+from lookahead.core.draft_state import DraftConfig
+from lookahead.errors import LookaheadError, UserError
+from lookahead.index.base import DraftSource
+from lookahead.index.corpus import CorpusError, CorpusIndex
+from lookahead.index.prediction import PredictionIndex
+from lookahead.server.errors import APIError
+from lookahead.server.jobs import Job
+from lookahead.server.native_schemas import CompletionRequest, InfillRequest, NativeRequest
+from lookahead.server.schemas import CompletionRequest as OpenAICompletion
+
+MIN_CONTEXT_DOC = 8  # shorter texts say too little to draft from
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready to queue."""
+
+    tokens: list[int]
+    max_tokens: int
+    capped: bool  # n_predict was more than the context leaves
+    sources: list[DraftSource]
+
+
+def fim_tokens_and_sources(
+    model: Model,
+    prefix: str,
+    suffix: str,
+    *,
+    extra: Sequence[Chunk] = (),
+    prompt: str = "",
+    n_ctx: int,
+    n_predict: int,
+) -> tuple[list[int], list[DraftSource]]:
+    """A FIM prompt and the request's own draft sources (the suffix; the prefix and the
+    extra chunks as a corpus); APIError 400 for a model without FIM tokens."""
+    try:
+        fim = infill_prompt(model.backend, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx, n_predict=n_predict)
+    except FimUnsupported as exc:
+        raise APIError(400, str(exc), param="model", code="fim_not_supported") from exc
+    sources: list[DraftSource] = []
+    if fim.suffix_tokens:
+        sources.append(PredictionIndex(fim.suffix_tokens))
+    before = model.backend.tokenize(prefix + prompt, add_special=False)
+    corpus = code_corpus([before, *fim.extra_tokens])
+    if corpus is not None:
+        sources.append(corpus)
+    return fim.tokens, sources
+
+
+def infill_tokens(model: Model, body: InfillRequest, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
+    """`/infill`'s prompt and draft sources."""
+    return fim_tokens_and_sources(
+        model,
+        body.input_prefix,
+        body.input_suffix,
+        extra=[Chunk(c.filename, c.text) for c in body.input_extra],
+        prompt=body.prompt,
+        n_ctx=n_ctx,
+        n_predict=body.n_predict,
+    )
+
+
+def code_corpus(docs: Sequence[Sequence[int]]) -> CorpusIndex | None:
+    """The file's own text and the other files' chunks as a corpus (None: too little text)."""
+    docs = [d for d in docs if len(d) >= MIN_CONTEXT_DOC]
+    if not docs:
+        return None
+    try:
+        return CorpusIndex.from_tokens(docs)
+    except CorpusError:
+        return None
+
+
+def completion_tokens(model: Model, body: CompletionRequest) -> list[int]:
+    """`/completion`'s prompt: text (with BOS where the model wants one), token ids, or a
+    mix of both as llama.cpp reads it (BOS only before a leading text)."""
+    # special tokens written in the text are read as such, as llama.cpp reads them: a client
+    # that builds its own FIM prompt (Continue) writes <|fim_prefix|> ... <|fim_middle|>
+    parts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    tokens: list[int] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            tokens += model.backend.tokenize(part, add_special=i == 0, parse_special=True)
+        else:
+            tokens.append(part)
+    n_vocab = model.backend.n_vocab
+    bad = [t for t in tokens if not 0 <= t < n_vocab]
+    if bad:
+        raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="prompt")
+    return tokens
+
+
+def limits(tokens: list[int], n_predict: int, n_ctx: int) -> tuple[int, bool]:
+    """(tokens to write at most, whether n_predict was cut to what the context leaves);
+    APIError 400 when the prompt alone fills the context."""
+    room = n_ctx - len(tokens) - 1
+    if room < 1:
+        raise APIError(
+            400,
+            f"the request ({len(tokens)} prompt tokens) exceeds the available context size ({n_ctx} tokens)",
+            param="prompt",
+            code="exceed_context_size_error",
+        )
+    if n_predict < 0 or n_predict > room:
+        return room, n_predict > room
+    return n_predict, False
+
+
+def draft_config(base: DraftConfig, body: NativeRequest) -> DraftConfig:
+    opts = body.lookahead
+    if opts is None:
+        return base
+    return replace(base, **{k: v for k, v in opts.model_dump().items() if v is not None})
+
+
+def make_job(prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: asyncio.AbstractEventLoop) -> Job:
+    try:
+        sampling = body.sampling()
+        draft = draft_config(base, body)
+    except UserError as exc:
+        raise APIError(400, str(exc)) from exc
+    return Job(
+        tokens=prepared.tokens,
+        max_tokens=prepared.max_tokens,
+        stop=body.stops(),
+        sampling=sampling,
+        draft=draft,
+        sources=list(prepared.sources),
+        loop=loop,
+    )
+
+
+def prepare(model: Model, body: NativeRequest, n_ctx: int, memory_source: DraftSource | None) -> Prepared:
+    """Tokenize and check one request (APIError 400 for what cannot be served)."""
+    try:
+        if isinstance(body, InfillRequest):
+            tokens, sources = infill_tokens(model, body, n_ctx)
+        else:
+            assert isinstance(body, CompletionRequest)
+            tokens, sources = completion_tokens(model, body), []
+    except LookaheadError as exc:
+        raise APIError(400, str(exc), param="prompt") from exc
+    max_tokens, capped = limits(tokens, body.n_predict, n_ctx)
+    if memory_source is not None:
+        sources.append(memory_source)
+    return Prepared(tokens, max_tokens, capped, sources)
+
+
+def openai_prompt(model: Model, body: OpenAICompletion, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
+    """`/v1/completions`' prompt: the text, or with a non-empty `suffix` the FIM prompt
+    (the suffix then a draft source too). APIError 400 for a suffix on a model without FIM."""
+    if not body.suffix:
+        return model.prompt_tokens(body.text()), []
+    return fim_tokens_and_sources(model, body.text(), body.suffix, n_ctx=n_ctx, n_predict=body.max_tokens or -1)

@@ -1,0 +1,266 @@
+"""llama.cpp's own server API on this service, so its clients work unchanged:
+
+    POST /infill       fill-in-the-middle for editors (llama.vim, llama.vscode)
+    POST /completion   a raw completion (text or token ids), llama.cpp's response fields
+                       (also as /completions, as in llama-server: OpenAI's is /v1/completions)
+    POST /tokenize, /detokenize
+    GET  /props, /slots
+
+Streaming answers as llama.cpp streams them: one `data: {...}` line per piece of text, the
+last with `"stop": true` and the statistics (no `[DONE]`, which is OpenAI's). Errors are
+in this service's error shape (`{"error": {"message", "type", ...}}`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from lookahead.core.engine import Stats
+from lookahead.server import errors
+from lookahead.server.deps import Caller, ready
+from lookahead.server.errors import APIError
+from lookahead.server.jobs import Job
+from lookahead.server.native_prepare import Prepared, make_job, prepare
+from lookahead.server.native_run import Watch, follow
+from lookahead.server.native_schemas import (
+    CompletionRequest,
+    DetokenizeRequest,
+    InfillRequest,
+    NativeRequest,
+    TokenizeRequest,
+)
+from lookahead.server.native_shape import NativeShape, Outcome, pick_fields
+from lookahead.server.prepare import admission
+from lookahead.server.service import Service
+
+router = APIRouter()
+
+
+@router.post("/infill", response_model=None)
+async def infill(body: InfillRequest, request: Request, caller: Caller) -> Response:
+    return await answer(ready(request), body, request, caller, "infill")
+
+
+@router.post("/completion", response_model=None)
+@router.post("/completions", response_model=None)  # llama-server's name for it too (not OpenAI's)
+async def completion(body: CompletionRequest, request: Request, caller: Caller) -> Response:
+    return await answer(ready(request), body, request, caller, "completion")
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
+    vocab = model_of(ready(request)).backend
+    tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    if not body.with_pieces:
+        return {"tokens": tokens}
+    pieces = []
+    for t in tokens:
+        raw = vocab.token_bytes(t)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)  # llama.cpp's form for a piece that is not valid UTF-8
+        pieces.append({"id": t, "piece": piece})
+    return {"tokens": pieces}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
+    model = model_of(ready(request))
+    n_vocab = model.backend.n_vocab
+    bad = [t for t in body.tokens if not 0 <= t < n_vocab]
+    if bad:
+        raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
+    return {"content": text_of(model, body.tokens, special=True)}
+
+
+@router.get("/props")
+async def props(request: Request, caller: Caller) -> dict[str, Any]:
+    svc = ready(request)
+    model = model_of(svc)
+    defaults = NativeRequest()
+    return {
+        "default_generation_settings": {"params": settings(defaults), "n_ctx": worker_of(svc).n_ctx},
+        "total_slots": slot_count(svc),
+        "model_alias": svc.config.model_id,
+        "model_path": str(getattr(model.backend, "path", "")),
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "chat_template": model.backend.meta("tokenizer.chat_template") or "",
+        "bos_token": "",
+        "eos_token": "",
+        "build_info": "lookahead",
+        "is_sleeping": False,
+    }
+
+
+@router.get("/slots")
+async def slots(request: Request, caller: Caller) -> list[dict[str, Any]]:
+    svc = ready(request)
+    n_ctx = worker_of(svc).n_ctx
+    return [{"id": i, "n_ctx": n_ctx, "speculative": True} for i in range(slot_count(svc))]
+
+
+def model_of(service: Service) -> Any:
+    assert service.model is not None
+    return service.model
+
+
+def worker_of(service: Service) -> Any:
+    assert service.worker is not None
+    return service.worker
+
+
+def slot_count(service: Service) -> int:
+    return int(worker_of(service).capacity)
+
+
+def text_of(model: Any, tokens: list[int], special: bool = False) -> str:
+    """The tokens' text; `special`: with control tokens written out (<|fim_prefix|>, ...), as
+    llama.cpp writes a prompt it echoes and `/detokenize`'s answer."""
+    backend = model.backend
+
+    def piece(t: int) -> bytes:
+        raw: bytes = backend.token_bytes(t)
+        return raw if raw or not special else backend.special_text(t).encode("utf-8")
+
+    return b"".join(piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+def settings(body: NativeRequest) -> dict[str, Any]:
+    """`generation_settings`: the request's sampling as llama.cpp names it."""
+    return {
+        "seed": body.seed if body.seed >= 0 else 0xFFFFFFFF,
+        "temperature": body.temperature,
+        "top_k": body.top_k,
+        "top_p": body.top_p,
+        "min_p": body.min_p,
+        "repeat_last_n": body.repeat_last_n,
+        "repeat_penalty": body.repeat_penalty,
+        "n_predict": body.n_predict,
+        "n_indent": body.n_indent,
+        "t_max_predict_ms": body.t_max_predict_ms,
+        "stop": list(body.stops()),
+        "samplers": body.samplers if isinstance(body.samplers, list) else ["top_k", "top_p", "min_p", "temperature"],
+        "stream": body.stream,
+    }
+
+
+async def answer(
+    service: Service, body: NativeRequest, request: Request, caller: str | None, endpoint: str
+) -> Response:
+    """Prepare, queue and answer one request (several jobs for `n_cmpl` > 1)."""
+    model = model_of(service)
+    worker = worker_of(service)
+    memory = service.memory
+    partition = memory.partition(caller) if memory is not None else ""
+    n = body.completions()
+    if body.stream and n > 1:
+        raise APIError(400, "n_cmpl > 1 is not supported with stream", param="n_cmpl")
+
+    def prepare_all() -> list[Prepared]:
+        with admission():
+            worker.check_room()  # 429 before any work
+        return [
+            prepare(model, body, worker.n_ctx, memory.source(partition) if memory is not None else None)
+            for _ in range(n)
+        ]
+
+    prepared = await run_in_threadpool(prepare_all)
+    first = prepared[0]
+    prompt_text = await run_in_threadpool(text_of, model, first.tokens, True)
+    shapes = [
+        NativeShape(service.config.model_id, prompt_text, len(p.tokens), settings(body), body.return_tokens, i)
+        for i, p in enumerate(prepared)
+    ]
+    if body.n_predict == 0:  # llama.vim's and llama.vscode's requests that only bring new context
+        service.metrics.requests.labels(endpoint, "200").inc()
+        body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
+        return JSONResponse(body_out[0] if n == 1 else body_out)
+    loop = asyncio.get_running_loop()
+    jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
+    for job in jobs:
+        submit(service, job)
+
+    def follow_job(job: Job, p: Prepared, stream: bool) -> AsyncIterator[Any]:
+        watch = Watch(body.n_indent, body.t_max_predict_ms)
+        return follow(
+            job,
+            watch,
+            stops=body.stops(),
+            detokenize=lambda toks: text_of(model, toks),
+            request=None if stream else request,
+            capped=p.capped,
+        )
+
+    async def outcome(job: Job, p: Prepared) -> Outcome:
+        async for item in follow_job(job, p, stream=False):
+            if isinstance(item, Outcome):
+                remember(service, partition, job, item)
+                return item
+        raise APIError(503, "the generation was cancelled")
+
+    if body.stream:
+        return StreamingResponse(
+            stream_lines(
+                follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
+            ),
+            media_type="text/event-stream",
+        )
+    try:
+        outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
+    finally:
+        for job in jobs:
+            job.cancel()
+    service.metrics.requests.labels(endpoint, "200").inc()
+    bodies = [pick_fields(s.final(o), body.response_fields) for s, o in zip(shapes, outcomes, strict=True)]
+    return JSONResponse(bodies[0] if n == 1 else bodies)
+
+
+def submit(service: Service, job: Job) -> None:
+    with admission():
+        worker_of(service).submit(job)
+
+
+def remember(service: Service, partition: str, job: Job, out: Outcome) -> None:
+    """Keep the request in the service's memory of earlier requests (drafts for the next)."""
+    if service.memory is not None:
+        service.memory.add(partition, [job.tokens + out.tokens])
+
+
+async def stream_lines(
+    items: AsyncIterator[Any],
+    shape: NativeShape,
+    body: NativeRequest,
+    service: Service,
+    partition: str,
+    job: Job,
+    endpoint: str,
+) -> AsyncIterator[str]:
+    status = "200"
+    n_predicted = 0
+    try:
+        async for item in items:
+            if isinstance(item, Outcome):
+                remember(service, partition, job, item)
+                final = pick_fields(shape.final(item, streamed=True), body.response_fields)
+                yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
+                break
+            text, tokens = item
+            n_predicted += len(tokens)
+            yield "data: " + json.dumps(shape.partial(text, tokens, n_predicted), separators=(",", ":")) + "\n\n"
+    except APIError as exc:
+        status = str(exc.status)
+        yield "data: " + json.dumps(errors.error_body(exc.status, exc.message)) + "\n\n"
+    finally:
+        job.cancel()
+        service.metrics.requests.labels(endpoint, status).inc()

@@ -1,0 +1,150 @@
+"""Following one queued generation for llama.cpp's API, with the stops llama.cpp has and the
+engine does not: `n_indent` (a line indented less than the cursor's ends the completion)
+and `t_max_predict_ms` (the editor's time budget: past it, the completion ends at the next
+newline). When one fires, the job is cancelled where it is (the worker notices between two
+verify steps) and the answer is what was written up to the stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from fastapi import Request
+
+from lookahead.apps.fim import indent_cut
+from lookahead.core.engine import Done, Result, Stats, Step
+from lookahead.errors import LookaheadError, UserError
+from lookahead.server.errors import APIError
+from lookahead.server.jobs import END, Job, ShuttingDown
+from lookahead.server.native_shape import Outcome, stop_of
+
+
+class Watch:
+    """One generation's text and statistics as its steps arrive, and llama.cpp's stops."""
+
+    def __init__(
+        self,
+        n_indent: int = 0,
+        t_max_predict_ms: int = -1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.n_indent = n_indent
+        self.t_max_predict_ms = t_max_predict_ms
+        self.clock = clock
+        self.start = clock()  # when the request was queued
+        self.first: float | None = None  # when the first token arrived
+        self.decode_start = self.start  # when the prefill ended
+        self.text = ""  # what was written (cut where a stop fired)
+        self.tokens: list[int] = []
+        self.stats = Stats()
+        self.sent = 0  # characters of `text` handed out so far
+        self.stopped = False  # a stop of ours fired: the job must end here
+
+    def step(self, step: Step) -> str:
+        """Take one verify step; the text to hand out now (cut short if a stop fired)."""
+        now = self.clock()
+        s = self.stats
+        if self.first is None:
+            self.first = now
+            # the first step waited for the prefill, then drafted and verified once
+            self.decode_start = max(self.start, now - step.verify_s - step.draft_s)
+            s.prefill_s = self.decode_start - self.start
+        self.tokens += step.tokens
+        s.n_tokens = len(self.tokens)
+        s.steps += 1
+        s.drafted += step.drafted
+        s.accepted += step.accepted
+        s.decode_s = now - self.decode_start
+        self.text += step.text
+        self._check(timed="\n" in step.text, now=now)
+        return self._new()
+
+    def finish(self, result: Result) -> str:
+        """Take the engine's Result; the text still to hand out."""
+        self.text = result.text
+        self.tokens = list(result.tokens)
+        self.stats = result.stats
+        self._check(timed=False, now=self.clock())
+        return self._new()
+
+    def _check(self, *, timed: bool, now: float) -> None:
+        cut = indent_cut(self.text, self.n_indent)
+        if cut is not None:
+            self.text = self.text[: max(cut, self.sent)]
+            self.stopped = True
+        elif timed and self.t_max_predict_ms > 0 and self.first is not None:
+            # llama.cpp: once past the budget, stop where a newline was just written
+            self.stopped = (now - self.first) * 1e3 > self.t_max_predict_ms
+
+    def _new(self) -> str:
+        new = self.text[self.sent :]
+        self.sent = len(self.text)
+        return new
+
+
+def _raise_for(item: object) -> None:
+    if isinstance(item, ShuttingDown):
+        raise APIError(503, "the server is shutting down")
+    if isinstance(item, UserError):
+        raise APIError(400, str(item))
+    if isinstance(item, LookaheadError):
+        raise APIError(500, f"the model failed: {item}")
+    if isinstance(item, Exception):
+        raise APIError(500, "internal error while generating (see the server log)")
+
+
+Piece = tuple[str, list[int]]  # text to hand out, the tokens written with it
+
+
+async def follow(
+    job: Job,
+    watch: Watch,
+    *,
+    stops: Sequence[str],
+    detokenize: Callable[[list[int]], str],
+    request: Request | None = None,
+    capped: bool = False,
+) -> AsyncIterator[Piece | Outcome]:
+    """The job's text as it comes, then its Outcome. APIError for a failed generation;
+    a client gone away (`request`, checked twice a second) cancels the job.
+    `capped`: n_predict was cut to what the context leaves, so a "length" end is the
+    context running out (llama.cpp's `truncated`)."""
+    last_check = time.monotonic()
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(job.events.get(), timeout=0.5)
+            except TimeoutError:
+                item = None
+            if request is not None and time.monotonic() - last_check >= 0.5:
+                last_check = time.monotonic()
+                if await request.is_disconnected():
+                    raise asyncio.CancelledError
+            if item is None:
+                continue
+            if item is END:
+                raise APIError(503, "the generation was cancelled")
+            _raise_for(item)
+            if isinstance(item, Step):
+                text = watch.step(item)
+                if text or item.tokens:
+                    yield text, list(item.tokens)
+                if watch.stopped:
+                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit")
+                    return
+            elif isinstance(item, Done):
+                result = item.result
+                text = watch.finish(result)
+                if text:
+                    yield text, []
+                if watch.stopped:
+                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit")
+                    return
+                kind, word = stop_of(detokenize(result.tokens), result.text, stops, result.finish_reason)
+                truncated = result.context_full or (capped and result.finish_reason == "length")
+                yield Outcome(result.text, list(result.tokens), result.stats, kind, word, truncated)
+                return
+    finally:
+        job.cancel()  # a no-op once the job has ended; stops it if we stopped or the client left

@@ -1,0 +1,166 @@
+"""Request bodies of llama.cpp's own server API (`/infill`, `/completion`, `/tokenize`, ...),
+with llama.cpp's field names and defaults, so its clients (llama.vim, llama.vscode, its web
+UI and test suite) can talk to this service unchanged.
+
+Fields llama.cpp has and this service does not act on are accepted and ignored when
+ignoring them does not change the text a client gets (`t_max_prompt_ms`, which llama.cpp
+itself does not implement; `cache_prompt`, `id_slot`, `n_keep`, ...); the few that would
+change it and are not implemented (`n_probs`, `logit_bias`, `grammar`, `json_schema`) are a
+400 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
+
+from lookahead.core.sampling import SamplingConfig
+from lookahead.server.schemas import LookaheadOptions
+
+# llama.cpp's sampling defaults (common_params_sampling)
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+DEFAULT_MIN_P = 0.05
+MAX_COMPLETIONS = 4  # n_cmpl: llama.cpp allows up to its slot count, 4 by default
+
+# The samplers of llama.cpp's chain this service applies when a request lists them (it
+# applies them in its own fixed order; see `lookahead.core.sampling`). The rest of
+# llama.cpp's names (`infill`, `dry`, `typ_p`, `xtc`, `top_n_sigma`, ...) are accepted and
+# skipped, as llama.cpp skips names it does not know.
+KNOWN_SAMPLERS = {"top_k", "top_p", "min_p", "temperature", "penalties"}
+
+
+def _unsupported(field: str, why: str) -> ValueError:
+    return ValueError(f"{field} is not supported by this server ({why}); leave it out")
+
+
+class NativeRequest(BaseModel):
+    """What `/completion` and `/infill` share: generation limits, sampling, response shape."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    model: str | None = None
+    n_predict: int = Field(default=-1, ge=-1)  # -1: until EOS/context
+    max_tokens: int | None = Field(default=None, ge=-1)  # an alias llama.cpp accepts too
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0, allow_inf_nan=False)
+    top_k: int = Field(default=DEFAULT_TOP_K, ge=0)
+    top_p: float = Field(default=DEFAULT_TOP_P, ge=0.0, le=1.0)
+    min_p: float = Field(default=DEFAULT_MIN_P, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(default=1.0, gt=0.0)
+    repeat_last_n: int = Field(default=64, ge=0)
+    seed: int = -1  # -1 (or any negative, or 2^32 - 1): a fresh seed
+    samplers: list[str] | str | None = None
+    stop: list[str] | str | None = None
+    stream: bool = False
+    n_indent: int = Field(default=0, ge=0)
+    t_max_prompt_ms: int = -1  # accepted, not acted on (llama.cpp does not either)
+    t_max_predict_ms: int = -1  # stop at a newline once this much time passed since the first token
+    cache_prompt: bool = True
+    id_slot: int = -1
+    response_fields: list[str] | None = None
+    return_tokens: bool = False
+    n_cmpl: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
+    n: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
+    n_probs: int = 0
+    logit_bias: Any = None
+    grammar: str | None = None
+    json_schema: Any = None
+    lookahead: LookaheadOptions | None = None
+
+    @field_validator("n_probs")
+    @classmethod
+    def _no_probs(cls, v: int) -> int:
+        if v > 0:
+            raise _unsupported("n_probs", "token probabilities are not reported")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, v: Any) -> Any:
+        if v:
+            raise _unsupported("logit_bias", "the sampler has no logit bias")
+        return v
+
+    @field_validator("grammar", "json_schema")
+    @classmethod
+    def _no_grammar(cls, v: Any) -> Any:
+        if v:
+            raise _unsupported("grammar and json_schema", "no constrained decoding")
+        return v
+
+    @model_validator(mode="after")
+    def _alias_limits(self) -> NativeRequest:
+        if self.max_tokens is not None and "n_predict" not in self.model_fields_set:
+            self.n_predict = self.max_tokens
+        return self
+
+    def completions(self) -> int:
+        return self.n_cmpl or self.n or 1
+
+    def stops(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        return tuple(s for s in stops if s)
+
+    def sampling(self) -> SamplingConfig:
+        """llama.cpp's sampler chain as far as this service has it: a listed `samplers`
+        chain keeps only the samplers it names (without `temperature` the draw is at
+        temperature 1, as in llama.cpp); temperature 0 is greedy."""
+        names = self.samplers.split(";") if isinstance(self.samplers, str) else self.samplers
+        on = set(KNOWN_SAMPLERS if names is None else names)
+        greedy = self.temperature <= 0
+        seed = None if self.seed < 0 or self.seed == 0xFFFFFFFF else self.seed
+        return SamplingConfig(
+            temperature=0.0 if greedy else (self.temperature if "temperature" in on else 1.0),
+            top_k=self.top_k if "top_k" in on else 0,
+            top_p=(self.top_p or 1.0) if "top_p" in on and self.top_p > 0 else 1.0,
+            min_p=self.min_p if "min_p" in on else 0.0,
+            repeat_penalty=self.repeat_penalty if "penalties" in on else 1.0,
+            repeat_last_n=self.repeat_last_n,
+            seed=seed,
+        )
+
+
+class ExtraChunk(BaseModel):
+    """One `input_extra` chunk: text from another file (its name optional)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: StrictStr
+    filename: StrictStr = "tmp"
+
+
+class InfillRequest(NativeRequest):
+    input_prefix: StrictStr
+    input_suffix: StrictStr
+    input_extra: list[ExtraChunk] = Field(default_factory=list)
+    prompt: StrictStr = ""
+
+
+class CompletionRequest(NativeRequest):
+    """`/completion`: the prompt as text, as token ids, or a mix (llama.cpp's forms)."""
+
+    prompt: StrictStr | list[int | StrictStr]
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_empty(cls, v: str | list[int | str]) -> str | list[int | str]:
+        if not v:
+            raise ValueError("the prompt is empty")
+        return v
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: StrictStr
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    tokens: list[int]

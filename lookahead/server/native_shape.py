@@ -1,0 +1,127 @@
+"""Response bodies of llama.cpp's own server API (`/completion`, `/infill`), field for field.
+
+    {"index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted",
+     "tokens_evaluated", "generation_settings", "prompt", "has_new_line", "truncated",
+     "stop_type", "stopping_word", "tokens_cached", "timings": {...}}
+
+`timings` has llama.cpp's keys (`prompt_n`, `prompt_ms`, ... `predicted_per_second`) and
+its drafting counts (`draft_n`, `draft_n_accepted`). A request's `response_fields` keeps
+only the fields it names, `a/b` naming field b inside a (the key stays "a/b", as llama.cpp
+writes it and llama.vim reads it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lookahead.core.engine import Stats
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one generation ended, in llama.cpp's terms."""
+
+    text: str
+    tokens: list[int]
+    stats: Stats
+    stop_type: str  # "eos", "word" (a stop string), "limit" (n_predict, n_indent, time, context)
+    stopping_word: str = ""
+    truncated: bool = False  # the context ran out
+
+
+def stop_of(full_text: str, text: str, stops: Sequence[str], finish_reason: str) -> tuple[str, str]:
+    """(stop_type, stopping_word) of an engine's Result: a "stop" whose text was cut before
+    one of `stops` ended on that word, any other "stop" on an end-of-generation token."""
+    if finish_reason != "stop":
+        return "limit", ""
+    rest = full_text[len(text) :] if full_text.startswith(text) else ""
+    for word in stops:
+        if rest.startswith(word):
+            return "word", word
+    return "eos", ""
+
+
+def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
+    """llama.cpp's `timings` object (times in milliseconds, rates per second)."""
+    prompt_ms = stats.prefill_s * 1e3
+    predicted_ms = stats.decode_s * 1e3
+    n = stats.n_tokens
+    return {
+        "cache_n": cache_n,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+        "predicted_n": n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / n if n else 0.0,
+        "predicted_per_second": 1e3 * n / predicted_ms if predicted_ms > 0 else 0.0,
+        "draft_n": stats.drafted,
+        "draft_n_accepted": stats.accepted,
+    }
+
+
+def pick_fields(body: dict[str, Any], paths: Sequence[str] | None) -> dict[str, Any]:
+    """The fields `paths` names, as llama.cpp's `response_fields` picks them; a path that
+    names nothing is left out without error. None or empty: the whole body."""
+    if not paths:
+        return body
+    out: dict[str, Any] = {}
+    for path in paths:
+        node: Any = body
+        for key in path.split("/"):
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            out[path] = node
+    return out
+
+
+@dataclass(frozen=True)
+class NativeShape:
+    """The bodies of one request's answer."""
+
+    model: str
+    prompt: str  # the prompt as the model read it (llama.cpp echoes it)
+    n_prompt: int  # prompt tokens
+    settings: dict[str, Any]  # generation_settings
+    return_tokens: bool = False
+    index: int = 0
+
+    def final(self, out: Outcome, streamed: bool = False, cache_n: int = 0) -> dict[str, Any]:
+        """The last (or only) body; a stream's last one carries no content of its own."""
+        return {
+            "index": self.index,
+            "content": "" if streamed else out.text,
+            "tokens": [] if streamed or not self.return_tokens else out.tokens,
+            "id_slot": 0,
+            "stop": True,
+            "model": self.model,
+            "tokens_predicted": out.stats.n_tokens,
+            "tokens_evaluated": self.n_prompt,
+            "generation_settings": self.settings,
+            "prompt": self.prompt,
+            "has_new_line": "\n" in out.text,
+            "truncated": out.truncated,
+            "stop_type": out.stop_type,
+            "stopping_word": out.stopping_word,
+            # prompt tokens whose KV was reused from an earlier request: none yet, the
+            # service prefills every prompt in full
+            "tokens_cached": cache_n,
+            "timings": timings(out.stats, self.n_prompt - cache_n, cache_n),
+        }
+
+    def partial(self, text: str, tokens: list[int], n_predicted: int) -> dict[str, Any]:
+        """One streamed piece of text."""
+        return {
+            "index": self.index,
+            "content": text,
+            "tokens": tokens if self.return_tokens else [],
+            "stop": False,
+            "id_slot": 0,
+            "tokens_predicted": n_predicted,
+            "tokens_evaluated": self.n_prompt,
+        }

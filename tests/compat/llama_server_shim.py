@@ -1,0 +1,60 @@
+"""Start `lookahead serve` where llama.cpp's server test suite starts `llama-server`.
+
+The suite's `utils.py` runs the program named by LLAMA_SERVER_BIN_PATH with llama-server's
+options; this reads the ones that describe the service (host, port, API key, context size,
+slots, model alias) and starts `lookahead serve` with them on one model for every test:
+LOOKAHEAD_COMPAT_MODEL (default: the default model, Qwen2.5-Coder-0.5B). The model options
+(`--hf-repo`, `--model`, ...) and the rest (`--temp`, `--seed`, `--batch-size`, ...) are
+read and left unused: the suite's models are not downloaded.
+
+    python tests/compat/llama_server_shim.py --host 127.0.0.1 --port 8080 --ctx-size 512 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+
+def serve_args(argv: list[str]) -> list[str]:
+    """`lookahead serve`'s arguments for llama-server's `argv`."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--api-key")
+    p.add_argument("--ctx-size", "-c", type=int, default=0)
+    p.add_argument("--parallel", "-np", type=int, default=1)
+    p.add_argument("--threads", "-t", type=int, default=0)
+    p.add_argument("--alias")
+    known, _ = p.parse_known_args(argv)
+    args = [
+        "serve",
+        "--model",
+        os.environ.get("LOOKAHEAD_COMPAT_MODEL", DEFAULT_MODEL),
+        "--host",
+        known.host.split(",")[0],
+        "--port",
+        str(known.port),
+        "--parallel",
+        str(max(1, known.parallel)),
+        "--threads",
+        os.environ.get("LOOKAHEAD_COMPAT_THREADS", str(known.threads)),
+    ]
+    if known.ctx_size:
+        args += ["--n-ctx", str(known.ctx_size)]
+    if known.api_key:
+        args += ["--api-key", known.api_key]
+    return args
+
+
+def main() -> None:
+    args = serve_args(sys.argv[1:])
+    print("lookahead " + " ".join(args), flush=True)
+    os.execv(sys.executable, [sys.executable, "-m", "lookahead.cli.main", *args])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""`POST /infill` as llama.vim and llama.vscode call it, and OpenAI's `suffix`, on a code
+model with fill-in-the-middle tokens (Qwen2.5-Coder-0.5B, the default model; generations
+kept short).
+
+The request bodies are the plugins' own, field for field (llama.vim's `s:fim` and its
+ring-buffer warm-up; llama.vscode's `createRequestPayload`), with their default values
+except `n_predict`, which is kept small here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lookahead.apps.fim import Chunk, indent_cut, infill_prompt
+from lookahead.models import catalog as models
+from lookahead.server import ServeConfig
+from lookahead.server.background import Running, serving
+
+pytestmark = pytest.mark.model
+
+MODEL_ID = "qwen2.5-coder-0.5b"
+N_CTX = 2048
+N_PREDICT = 24
+PREFIX = '#include <cstdio>\n#include "llama.h"\n\nint main() {\n'
+MIDDLE = "    int n_threads = llama_"
+SUFFIX = "}\n"
+EXTRA = [{"filename": "llama.h", "text": "LLAMA_API int32_t llama_n_threads();\n"}]
+PLAIN = {"lookahead": {"enabled": False}}  # plain decoding: outputs to compare token for token
+
+# llama.vim's request for a suggestion (autoload/llama.vim, s:fim)
+LLAMA_VIM = {
+    "id_slot": 0,
+    "input_prefix": PREFIX,
+    "input_suffix": SUFFIX,
+    "input_extra": EXTRA,
+    "prompt": MIDDLE,
+    "n_predict": N_PREDICT,
+    "stop": [],
+    "n_indent": 4,
+    "top_k": 40,
+    "top_p": 0.90,
+    "samplers": ["top_k", "top_p", "infill"],
+    "stream": False,
+    "cache_prompt": True,
+    "t_max_prompt_ms": 500,
+    "t_max_predict_ms": 1000,
+    "response_fields": [
+        "content",
+        "timings/prompt_n",
+        "timings/prompt_ms",
+        "timings/prompt_per_token_ms",
+        "timings/prompt_per_second",
+        "timings/predicted_n",
+        "timings/predicted_ms",
+        "timings/predicted_per_token_ms",
+        "timings/predicted_per_second",
+        "truncated",
+        "tokens_cached",
+    ],
+}
+# llama.vim's request that only brings new context (s:ring_update)
+LLAMA_VIM_WARMUP = {
+    "id_slot": 0,
+    "input_prefix": "",
+    "input_suffix": "",
+    "input_extra": EXTRA,
+    "prompt": "",
+    "n_predict": 0,
+    "temperature": 0.0,
+    "samplers": [],
+    "stream": False,
+    "cache_prompt": True,
+    "t_max_prompt_ms": 1,
+    "t_max_predict_ms": 1,
+    "response_fields": [""],
+}
+# llama.vscode's request for a suggestion (src/llama-server.ts, createRequestPayload)
+LLAMA_VSCODE = {
+    "id_slot": 0,
+    "input_prefix": PREFIX,
+    "input_suffix": SUFFIX,
+    "input_extra": [{"text": "LLAMA_API int32_t llama_n_threads();\n", "time": 1733212800, "filename": "llama.h"}],
+    "prompt": MIDDLE,
+    "n_predict": N_PREDICT,
+    "n_cmpl": 3,
+    "top_k": 40,
+    "top_p": 0.99,
+    "stream": False,
+    "samplers": ["top_k", "top_p", "infill"],
+    "cache_prompt": True,
+    "n_indent": 4,
+    "t_max_prompt_ms": 500,
+    "t_max_predict_ms": 2500,
+}
+LLAMA_VSCODE_WARMUP = {
+    "id_slot": 0,
+    "input_prefix": "",
+    "input_suffix": "",
+    "input_extra": LLAMA_VSCODE["input_extra"],
+    "prompt": "",
+    "n_predict": 0,
+    "samplers": [],
+    "cache_prompt": True,
+    "t_max_prompt_ms": 500,
+    "t_max_predict_ms": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def qwen_path() -> Path:
+    return models.resolve_model(MODEL_ID, models.default_cache_dir())
+
+
+@pytest.fixture(scope="module")
+def server(qwen_path: Path) -> Iterator[Running]:
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+
+    config = ServeConfig(model_id=MODEL_ID)
+    with serving(config, lambda: load(qwen_path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))) as running:
+        yield running
+
+
+def post(server: Running, path: str, body: Any) -> httpx.Response:
+    with server.client() as c:
+        return c.post(path, json=body)
+
+
+def test_llama_vim_request_gets_the_fields_it_reads(server: Running) -> None:
+    r = post(server, "/infill", LLAMA_VIM)
+    assert r.status_code == 200, r.text
+    # llama.vim checks the raw text before it decodes it (s:fim_on_response)
+    assert re.search(r"^\s*{", r.text) and re.search(r"\"content\"\s*:\"", r.text)
+    body = r.json()
+    assert set(body) == set(LLAMA_VIM["response_fields"])
+    assert isinstance(body["content"], str) and body["content"]
+    for key in ("timings/prompt_n", "timings/predicted_n", "tokens_cached"):
+        assert isinstance(body[key], int), key
+    for key in ("timings/prompt_ms", "timings/prompt_per_second", "timings/predicted_ms"):
+        assert isinstance(body[key], float), key
+    assert body["truncated"] is False and body["timings/predicted_n"] <= N_PREDICT
+
+
+def test_warm_up_requests_answer_at_once(server: Running) -> None:
+    r = post(server, "/infill", LLAMA_VIM_WARMUP)
+    assert r.status_code == 200 and r.json() == {}  # response_fields [""] names nothing
+    r = post(server, "/infill", LLAMA_VSCODE_WARMUP)
+    assert r.status_code == 200
+    assert r.json()["content"] == "" and r.json()["tokens_predicted"] == 0
+
+
+def test_llama_vscode_request_gets_one_answer_per_completion(server: Running) -> None:
+    r = post(server, "/infill", LLAMA_VSCODE)
+    assert r.status_code == 200, r.text
+    answers = r.json()
+    assert isinstance(answers, list) and len(answers) == 3  # n_cmpl
+    for i, a in enumerate(answers):
+        assert a["index"] == i and isinstance(a["content"], str)
+        assert isinstance(a["tokens_cached"], int) and isinstance(a["truncated"], bool)
+        for key in ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms"):
+            assert key in a["timings"]
+
+
+def test_the_prompt_is_llama_cpp_s_fim_layout(server: Running) -> None:
+    model = server.service.model
+    expected = infill_prompt(
+        model.backend, PREFIX, SUFFIX, extra=[Chunk(**EXTRA[0])], prompt=MIDDLE, n_ctx=N_CTX, n_predict=N_PREDICT
+    )
+    body = post(server, "/infill", {**LLAMA_VIM, "response_fields": None, **PLAIN, "temperature": 0}).json()
+    assert body["tokens_evaluated"] == len(expected.tokens)
+    assert body["prompt"].startswith("<|repo_name|>myproject\n<|file_sep|>llama.h\n")
+    assert body["prompt"].endswith("<|fim_suffix|>}\n<|fim_middle|>")
+
+
+def test_greedy_infill_streams_the_same_text(server: Running) -> None:
+    request = {**LLAMA_VIM, "response_fields": None, "temperature": 0, "n_indent": 0, "t_max_predict_ms": -1}
+    whole = post(server, "/infill", request).json()
+    with server.client() as c:
+        r = c.post("/infill", json={**request, "stream": True})
+    events = [json.loads(ln[len("data: ") :]) for ln in r.text.split("\n") if ln]
+    assert events[-1]["stop"] is True and all(not e["stop"] for e in events[:-1])
+    assert "".join(e["content"] for e in events) == whole["content"]
+
+
+def test_n_indent_ends_at_a_line_indented_less_than_the_cursor(server: Running) -> None:
+    base = {**LLAMA_VIM, "response_fields": None, **PLAIN, "temperature": 0, "t_max_predict_ms": -1}
+    base["input_suffix"] = "\n    return 0;\n}\n\nint other() {\n    return 1;\n}\n"
+    free = post(server, "/infill", {**base, "n_indent": 0, "n_predict": 48}).json()
+    for n_indent in (1, 4, 8):
+        held = post(server, "/infill", {**base, "n_indent": n_indent, "n_predict": 48}).json()
+        cut = indent_cut(free["content"], n_indent)
+        assert held["content"] == (free["content"] if cut is None else free["content"][:cut]), n_indent
+        if cut is not None:
+            assert held["stop_type"] == "limit"
+
+
+def test_t_max_predict_ms_stops_at_the_first_newline_past_the_budget(server: Running) -> None:
+    base = {**LLAMA_VIM, "response_fields": None, **PLAIN, "temperature": 0, "n_indent": 0, "n_predict": 48}
+    free = post(server, "/infill", {**base, "t_max_predict_ms": -1}).json()
+    assert "\n" in free["content"][:-1], free["content"]  # the test needs a newline before the end
+    timed = post(server, "/infill", {**base, "t_max_predict_ms": 1}).json()
+    first_line = free["content"][: free["content"].index("\n") + 1]
+    assert timed["content"].startswith(first_line) and free["content"].startswith(timed["content"])
+    assert timed["tokens_predicted"] < free["tokens_predicted"] and timed["stop_type"] == "limit"
+
+
+def test_openai_suffix_builds_the_same_fim_prompt(server: Running) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=120, max_retries=0)
+    with_suffix = client.completions.create(
+        model=MODEL_ID, prompt=PREFIX + MIDDLE, suffix=SUFFIX, max_tokens=8, temperature=0
+    )
+    model = server.service.model
+    fim = infill_prompt(model.backend, PREFIX + MIDDLE, SUFFIX, n_ctx=N_CTX, n_predict=8)
+    assert with_suffix.usage is not None and with_suffix.usage.prompt_tokens == len(fim.tokens)
+    native = post(
+        server,
+        "/infill",
+        {"input_prefix": PREFIX + MIDDLE, "input_suffix": SUFFIX, "n_predict": 8, "temperature": 0, **PLAIN},
+    ).json()
+    assert native["tokens_evaluated"] == len(fim.tokens)  # the same prompt either way
+
+
+def test_a_fim_prompt_written_as_text_reads_its_special_tokens(server: Running) -> None:
+    # Continue's llama.cpp provider builds the FIM prompt itself and sends it to /completion
+    text = f"<|fim_prefix|>{PREFIX}{MIDDLE}<|fim_suffix|>{SUFFIX}<|fim_middle|>"
+    body = post(server, "/completion", {"prompt": text, "n_predict": 8, "temperature": 0, **PLAIN}).json()
+    vocab = server.service.model.backend
+    assert body["tokens_evaluated"] == len(vocab.tokenize(text, add_special=True, parse_special=True))
+    assert body["tokens_evaluated"] < len(vocab.tokenize(text, add_special=True, parse_special=False))
+    assert "threads(" in body["content"], body["content"]  # it fills the middle
