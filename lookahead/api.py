@@ -115,7 +115,7 @@ class Model:
             if self.backend.n_ctx < EXACT_MIN_CTX:
                 raise GenerationError(
                     f"exact mode's self-test needs a context of at least {EXACT_MIN_CTX} tokens, "
-                    f"this one has {self.backend.n_ctx}: raise n_ctx (--n-ctx)"
+                    f"this one has {self.backend.n_ctx}: raise n_ctx (--ctx-size)"
                 )
             toks = self.backend.tokenize(_SELFTEST_TEXT)
             short = exact_batch_limit(self.backend, toks, max_size=32)
@@ -410,7 +410,7 @@ def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: 
     if n + 1 > limit:
         raise GenerationError(
             f"the prompt has {n} tokens, more than a context of {limit} allows: "
-            "shorten it or raise the context size (n_ctx, --n-ctx)"
+            "shorten it or raise the context size (n_ctx, --ctx-size)"
         )
     return n
 

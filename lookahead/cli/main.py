@@ -11,16 +11,33 @@ import typer
 from lookahead.cli.errors import fail, handled
 from lookahead.cli.models_cmd import CacheDirOption, models_app
 from lookahead.cli.options import (
+    CTX_SIZE,
+    DRAFT,
+    SAMPLING,
+    BranchesOption,
+    BudgetOption,
+    CorpusOption,
+    CtxSizeOption,
+    DeprecatingGroup,
     ExactOption,
+    JsonOption,
+    KMaxOption,
+    KOption,
     LiveOption,
     MaxTokensOption,
+    MinPOption,
     ModelOption,
-    NCtxOption,
+    NoAdaptiveOption,
+    NoRecordsOption,
     NoSpecOption,
+    ParallelOption,
+    RepeatPenaltyOption,
     SeedOption,
     StopOption,
-    TemperatureOption,
+    TempOption,
     ThreadsOption,
+    TopKOption,
+    TopPOption,
 )
 from lookahead.models import catalog as models
 
@@ -32,6 +49,7 @@ app = typer.Typer(
     "the default can differ at near-ties).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=DeprecatingGroup,
 )
 app.add_typer(models_app, name="models")
 
@@ -87,51 +105,39 @@ def generate(
     ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt as a user message in the model's chat template.")] = False,
     model: ModelOption = models.DEFAULT_MODEL,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 256,
-    temperature: Annotated[
-        float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")
-    ] = 0.0,
-    top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens (0 = all).")] = 40,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold, in (0, 1].")] = 1.0,
-    min_p: Annotated[float, typer.Option(help="Drop tokens below min-p times the best token's probability.")] = 0.0,
-    repeat_penalty: Annotated[float, typer.Option(help="> 1 discourages recently seen tokens (1 = off).")] = 1.0,
-    seed: Annotated[int | None, typer.Option(help="Random seed for sampling (same seed, same output).")] = None,
-    stop: Annotated[list[str] | None, typer.Option(help="Stop before this string (repeatable).")] = None,
-    k: Annotated[int, typer.Option("--k", help="With --no-adaptive: draft tokens per branch (fixed K).")] = 8,
-    k_max: Annotated[int, typer.Option("--k-max", help="Deepest draft the adaptive controller may verify.")] = 64,
-    budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 64,
-    branches: Annotated[int, typer.Option(help="Most children per tree node (1 = a single chain).")] = 2,
-    no_adaptive: Annotated[
-        bool, typer.Option("--no-adaptive", help="Fixed K instead of the cost-aware controller.")
-    ] = False,
-    exact: Annotated[
-        bool,
-        typer.Option(
-            "--exact",
-            help="Greedy output bit-identical to plain decoding: only verify batch sizes whose logits a "
-            "self-test at load found bit-identical (without it, output can differ at near-ties).",
-        ),
-    ] = False,
-    corpus: Annotated[
-        list[Path] | None, typer.Option(help="A folder to draft from as a static corpus (repeatable).")
-    ] = None,
-    no_records: Annotated[
-        bool,
-        typer.Option(
-            "--no-records", help="Do not draft report records from the prompt's data rows (see README)."
-        ),
-    ] = False,
+    max_tokens: MaxTokensOption = 256,
+    temperature: TempOption = SAMPLING.temperature,
+    top_k: TopKOption = SAMPLING.top_k,
+    top_p: TopPOption = SAMPLING.top_p,
+    min_p: MinPOption = SAMPLING.min_p,
+    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
+    seed: SeedOption = None,
+    stop: StopOption = None,
+    k: KOption = DRAFT.k,
+    k_max: KMaxOption = DRAFT.k_max,
+    budget: BudgetOption = DRAFT.budget,
+    branches: BranchesOption = DRAFT.branches,
+    no_adaptive: NoAdaptiveOption = False,
+    exact: ExactOption = False,
+    corpus: CorpusOption = None,
+    no_records: NoRecordsOption = False,
     no_spec: NoSpecOption = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Then decode the same prompt again without drafts and print both speeds "
+            "(the output is the same text, generated twice).",
+        ),
     ] = False,
+    as_json: JsonOption = False,
     live: LiveOption = False,
-    n_ctx: NCtxOption = 8192,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout.
 
-    Example: lookahead generate --chat "Add type hints to: def scale(v, f): return [x * f for x in v]"
+    Example: lookahead generate --compare --chat "Rename n to count in: def total(n): ..."
     """
     from lookahead.cli.generate_cmd import run_generate
 
@@ -166,6 +172,7 @@ def generate(
             n_ctx=n_ctx,
             threads=threads,
             live=live,
+            compare=compare,
         )
 
 
@@ -185,19 +192,27 @@ def report(
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-tokens", "-n", help="Most tokens (default: enough for every record, within the context)."),
+        typer.Option(
+            "--max-tokens",
+            "-n",
+            "--n-predict",
+            help="Most tokens (default: enough for every record, within the context).",
+        ),
     ] = None,
-    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples.")] = 0.0,
-    seed: Annotated[int | None, typer.Option(help="Random seed for sampling.")] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object: the report text and the statistics.")
-    ] = False,
+    temperature: TempOption = SAMPLING.temperature,
+    top_k: TopKOption = SAMPLING.top_k,
+    top_p: TopPOption = SAMPLING.top_p,
+    min_p: MinPOption = SAMPLING.min_p,
+    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
+    seed: SeedOption = None,
+    stop: StopOption = None,
+    as_json: JsonOption = False,
     live: LiveOption = False,
     no_spec: NoSpecOption = False,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding (see generate --help).")
-    ] = False,
-    n_ctx: NCtxOption = 8192,
+    exact: ExactOption = False,
+    corpus: CorpusOption = None,
+    no_records: NoRecordsOption = False,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
 ) -> None:
     """Write a report with one record per data row: the template (instructions and the
@@ -216,8 +231,16 @@ def report(
             chat=chat,
             model=model,
             max_tokens=max_tokens,
-            sampling=dict(temperature=temperature, seed=seed),
-            draft=dict(enabled=not no_spec, exact=exact),
+            sampling=dict(
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                min_p=min_p,
+                repeat_penalty=repeat_penalty,
+                seed=seed,
+            ),
+            stop=tuple(stop or ()),
+            draft=dict(enabled=not no_spec, exact=exact, corpora=tuple(corpus or ()), records=not no_records),
             as_json=as_json,
             live=live,
             n_ctx=n_ctx,
@@ -238,7 +261,7 @@ def serve(
         typer.Option("--api-key-file", help="Keys, one per line; each key drafts only from its own requests."),
     ] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait for the model; more get 429.")] = 16,
-    n_ctx: NCtxOption = 8192,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
     no_shared_index: Annotated[
         bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
@@ -247,21 +270,15 @@ def serve(
         Path | None, typer.Option("--index-file", help="Keep the shared index in this file across restarts.")
     ] = None,
     no_spec: Annotated[
-        bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for drafts.")
+        bool,
+        typer.Option("--no-spec", help="Plain decoding, no drafts, unless a request asks for them."),
     ] = False,
     exact: Annotated[
-        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, by default.")
+        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, unless a request says not.")
     ] = False,
-    k_max: Annotated[int, typer.Option("--k-max", help="Deepest draft the controller may verify.")] = 64,
-    budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 64,
-    parallel: Annotated[
-        int,
-        typer.Option(
-            "--parallel",
-            help="Requests decoded together in one batch per step; 1 = one at a time; "
-            "0 (default) = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2.",
-        ),
-    ] = 0,
+    k_max: KMaxOption = DRAFT.k_max,
+    budget: BudgetOption = DRAFT.budget,
+    parallel: ParallelOption = -1,
     fair: Annotated[
         bool,
         typer.Option(
@@ -341,7 +358,7 @@ def complete(
     ] = None,
     col: Annotated[
         int | None,
-        typer.Option("--col", "-c", help="With --line: the cursor's column (1-based; default: the end of the line)."),
+        typer.Option("--col", help="With --line: the cursor's column (1-based; default: the end of the line)."),
     ] = None,
     marker: Annotated[
         str, typer.Option(help="Without --line: the cursor is this text in the file (taken out).")
@@ -357,10 +374,11 @@ def complete(
     context: Annotated[
         Path | None,
         typer.Option(
-            help="Draft from the code in this folder (.gitignore respected; default: FILE's git repository)."
+            "--corpus",
+            help="Draft from the code in this folder (.gitignore respected; default: FILE's git repository).",
         ),
     ] = None,
-    no_context: Annotated[bool, typer.Option("--no-context", help="Do not draft from other files.")] = False,
+    no_context: Annotated[bool, typer.Option("--no-corpus", help="Do not draft from other files.")] = False,
     no_block_stop: Annotated[
         bool,
         typer.Option(
@@ -377,12 +395,16 @@ def complete(
     ] = False,
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: MaxTokensOption = 128,
-    temperature: TemperatureOption = 0.0,
+    temperature: TempOption = SAMPLING.temperature,
+    top_k: TopKOption = SAMPLING.top_k,
+    top_p: TopPOption = SAMPLING.top_p,
+    min_p: MinPOption = SAMPLING.min_p,
+    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
     seed: SeedOption = None,
     stop: StopOption = None,
     exact: ExactOption = False,
     no_spec: NoSpecOption = False,
-    n_ctx: NCtxOption = 8192,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
     live: LiveOption = False,
 ) -> None:
@@ -441,11 +463,13 @@ def bench(
         str,
         typer.Option(
             "--set",
-            help="Prompt set: bench (the reported one); for tuning: tune, data (reports), "
-            "pasted (the tune set's code edits without fences).",
+            help="Prompt set: bench (the reported one); fresh (held out: written after tuning, never "
+            "tuned against); for tuning: tune, data (reports), pasted (the tune set's code edits without fences).",
         ),
     ] = "bench",
-    threads: Annotated[int, typer.Option(help="CPU threads for every method (0 = all available).")] = 0,
+    threads: Annotated[
+        int, typer.Option("--threads", "-t", help="CPU threads for every method (0 = all available).")
+    ] = 0,
     llama_server: Annotated[
         Path | None,
         typer.Option(
