@@ -58,8 +58,10 @@ def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
 
+        from lookahead.cli.extras import DIST
+
         try:
-            mine = version("lookahead")
+            mine = version(DIST)
         except PackageNotFoundError:  # run from a checkout that was never installed
             mine = "unknown (not installed)"
         try:
@@ -296,6 +298,9 @@ def serve(
     Example: lookahead serve --port 8000, then
     curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
     """
+    from lookahead.cli.extras import require
+
+    require("serve", "serve")  # before anything imports the service's packages
     from lookahead.cli.serve_cmd import read_keys, run_serve
     from lookahead.core.draft_state import DraftConfig
 
@@ -420,6 +425,21 @@ def complete(
 
     with handled():
         run_complete(**options)
+
+
+@app.command()
+def examples(
+    dest: Annotated[Path, typer.Argument(help="The folder to copy them into (created if need be).")] = Path("examples"),
+) -> None:
+    """Copy the examples shipped with lookahead (a report template and its CSV data) into DEST.
+
+    Example: lookahead examples && lookahead report examples/sales/weekly.md examples/sales/sales.csv
+    """
+    from lookahead.cli.examples_cmd import copy_examples
+
+    with handled():
+        for path in copy_examples(dest):
+            typer.echo(str(path))
 
 
 def _csv(text: str | None) -> list[str] | None:
