@@ -34,3 +34,23 @@ def require(extra: str, command: str) -> None:
     if gone:
         names = ", ".join(gone)
         fail(f"`lookahead {command}` needs the {extra} extra ({names} missing): pip install '{DIST}[{extra}]'")
+
+
+def print_version(value: bool) -> None:
+    """`lookahead --version`: this distribution's version and llama-cpp-python's."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    import typer
+
+    try:
+        mine = version(DIST)
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        mine = "unknown (not installed)"
+    try:
+        binding = version("llama-cpp-python")
+    except PackageNotFoundError:
+        binding = "not installed"
+    typer.echo(f"lookahead {mine} (llama-cpp-python {binding})")
+    raise typer.Exit()

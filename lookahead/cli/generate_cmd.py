@@ -24,6 +24,25 @@ from lookahead.models.catalog import default_cache_dir, resolve_model
 from lookahead.models.gguf import check_gguf
 
 
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt: the argument, the file's text, or stdin when it is not a terminal."""
+    if prompt is not None and prompt_file is not None:
+        raise UserError("give the prompt as an argument or with --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            text = prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read prompt file {prompt_file}: {exc}") from exc
+        if not text.strip():
+            raise UserError(f"prompt file {prompt_file} is empty")
+        return text
+    if prompt is not None:
+        return prompt
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    raise UserError("no prompt: give PROMPT, --prompt-file FILE, or pipe text on stdin")
+
+
 def json_summary(result: Result) -> dict[str, Any]:
     """The --json object. Its keys are a contract other tools rely on: add, never rename."""
     s = result.stats
@@ -85,7 +104,7 @@ def run_generate(
         extra["compare"] = compare_json(result, plain)
     print_result(result, as_json, err, n_ctx=lm.backend.n_ctx, **extra)
     if compare and not as_json:
-        err.print(compare_line(result, plain), highlight=False)
+        err.print(compare_line(result, plain), highlight=False, soft_wrap=True)  # one line, for logs too
     gov = lm.governor
     if gov is not None and gov.switches and not as_json:
         err.print(

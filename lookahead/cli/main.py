@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from lookahead.cli.errors import fail, handled
+from lookahead.cli.extras import print_version
 from lookahead.cli.models_cmd import CacheDirOption, models_app
 from lookahead.cli.options import (
     CTX_SIZE,
@@ -20,6 +20,7 @@ from lookahead.cli.options import (
     CtxSizeOption,
     DeprecatingGroup,
     ExactOption,
+    FairOption,
     JsonOption,
     KMaxOption,
     KOption,
@@ -32,6 +33,7 @@ from lookahead.cli.options import (
     NoSpecOption,
     ParallelOption,
     RepeatPenaltyOption,
+    ReportMaxTokensOption,
     SeedOption,
     StopOption,
     TempOption,
@@ -54,50 +56,13 @@ app = typer.Typer(
 app.add_typer(models_app, name="models")
 
 
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        from lookahead.cli.extras import DIST
-
-        try:
-            mine = version(DIST)
-        except PackageNotFoundError:  # run from a checkout that was never installed
-            mine = "unknown (not installed)"
-        try:
-            binding = version("llama-cpp-python")
-        except PackageNotFoundError:
-            binding = "not installed"
-        typer.echo(f"lookahead {mine} (llama-cpp-python {binding})")
-        raise typer.Exit()
-
-
 @app.callback()
 def _main(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Faster local LLM generation on CPUs with model-free speculative decoding."""
-
-def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
-    if prompt is not None and prompt_file is not None:
-        fail("give the prompt as an argument or with --prompt-file, not both")
-    if prompt_file is not None:
-        try:
-            text = prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            fail(f"cannot read prompt file {prompt_file}: {exc}")
-        if not text.strip():
-            fail(f"prompt file {prompt_file} is empty")
-        return text
-    if prompt is not None:
-        return prompt
-    if not sys.stdin.isatty():
-        return sys.stdin.read()
-    fail("no prompt: give PROMPT, --prompt-file FILE, or pipe text on stdin")
-    raise AssertionError  # unreachable: fail() exits
-
 
 @app.command()
 def generate(
@@ -141,35 +106,23 @@ def generate(
 
     Example: lookahead generate --compare --chat "Rename n to count in: def total(n): ..."
     """
-    from lookahead.cli.generate_cmd import run_generate
+    from lookahead.cli.generate_cmd import read_prompt, run_generate
 
     with handled():
-        text = _read_prompt(prompt, prompt_file)
+        text = read_prompt(prompt, prompt_file)
         run_generate(
             text=text,
             chat=chat,
             model=model,
             max_tokens=max_tokens,
             sampling=dict(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                min_p=min_p,
-                repeat_penalty=repeat_penalty,
-                seed=seed,
+                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
             ),
             stop=tuple(stop or ()),
             draft=dict(
-                enabled=not no_spec,
-                adaptive=not no_adaptive,
-                k=k,
-                k_max=k_max,
-                budget=budget,
-                branches=branches,
-                exact=exact,
-                corpora=tuple(corpus or ()),
-                records=not no_records,
-            ),
+                enabled=not no_spec, adaptive=not no_adaptive, k=k, k_max=k_max, budget=budget, branches=branches,
+                exact=exact, corpora=tuple(corpus or ()), records=not no_records,
+            ),  # fmt: skip
             as_json=as_json,
             n_ctx=n_ctx,
             threads=threads,
@@ -192,15 +145,7 @@ def report(
         typer.Option("--chat/--no-chat", help="Use the model's chat template (default: when the model has one)."),
     ] = None,
     model: ModelOption = models.DEFAULT_MODEL,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-tokens",
-            "-n",
-            "--n-predict",
-            help="Most tokens (default: enough for every record, within the context).",
-        ),
-    ] = None,
+    max_tokens: ReportMaxTokensOption = None,
     temperature: TempOption = SAMPLING.temperature,
     top_k: TopKOption = SAMPLING.top_k,
     top_p: TopPOption = SAMPLING.top_p,
@@ -234,12 +179,7 @@ def report(
             model=model,
             max_tokens=max_tokens,
             sampling=dict(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                min_p=min_p,
-                repeat_penalty=repeat_penalty,
-                seed=seed,
+                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
             ),
             stop=tuple(stop or ()),
             draft=dict(enabled=not no_spec, exact=exact, corpora=tuple(corpus or ()), records=not no_records),
@@ -271,25 +211,14 @@ def serve(
     index_file: Annotated[
         Path | None, typer.Option("--index-file", help="Keep the shared index in this file across restarts.")
     ] = None,
-    no_spec: Annotated[
-        bool,
-        typer.Option("--no-spec", help="Plain decoding, no drafts, unless a request asks for them."),
-    ] = False,
+    no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for it.")] = False,
     exact: Annotated[
         bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, unless a request says not.")
     ] = False,
     k_max: KMaxOption = DRAFT.k_max,
     budget: BudgetOption = DRAFT.budget,
     parallel: ParallelOption = -1,
-    fair: Annotated[
-        bool,
-        typer.Option(
-            "--fair",
-            help="With --parallel: verify drafts only in steps where no request's expected pace drops "
-            "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
-            "with nothing to draft waits for its neighbours' draft nodes.",
-        ),
-    ] = False,
+    fair: FairOption = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -442,10 +371,6 @@ def examples(
             typer.echo(str(path))
 
 
-def _csv(text: str | None) -> list[str] | None:
-    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
-
-
 @app.command()
 def bench(
     model: ModelOption = models.DEFAULT_MODEL,
@@ -509,11 +434,7 @@ def bench(
     from lookahead.cli.bench_cmd import run_bench
 
     with handled():
-        run_bench({**options, "kinds": _csv(kinds), "methods": _csv(methods)})
-
-
-def main() -> None:  # pragma: no cover - console script entry
-    app()
+        run_bench(options)
 
 
 if __name__ == "__main__":  # pragma: no cover

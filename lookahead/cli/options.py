@@ -45,6 +45,12 @@ ThreadsOption = Annotated[int, typer.Option("--threads", "-t", help="CPU threads
 # --- what to generate ----------------------------------------------------------------------
 
 MaxTokensOption = Annotated[int, typer.Option("--max-tokens", "-n", "--n-predict", help="Most tokens to generate.")]
+ReportMaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens", "-n", "--n-predict", help="Most tokens (default: enough for every record, within the context)."
+    ),
+]
 TempOption = Annotated[
     float,
     typer.Option(
@@ -112,6 +118,16 @@ ParallelOption = Annotated[
         "-np",
         help="Requests decoded together in one batch per step; 1 = one at a time; "
         "-1 = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2 (0 means the same).",
+    ),
+]
+
+FairOption = Annotated[
+    bool,
+    typer.Option(
+        "--fair",
+        help="With --parallel: verify drafts only in steps where no request's expected pace drops "
+        "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
+        "with nothing to draft waits for its neighbours' draft nodes.",
     ),
 ]
 
