@@ -14,7 +14,7 @@ import pytest
 
 from lookahead.models.catalog import ModelError
 from lookahead.models.gguf import check_gguf
-from lookahead.models.hub import HubRef, _Bar, parse_ref, pick_file
+from lookahead.models.hub import HubRef, _bar_class, parse_ref, pick_file
 from tests.hub_standin import COMMIT, Hub, Repo, hub_env, serve, tiny_gguf
 from tests.test_cli import assert_user_error
 
@@ -72,8 +72,10 @@ def test_a_quantization_picks_its_file_and_none_means_q4_k_m() -> None:
 
 def test_the_progress_adapter_reports_bytes_from_where_it_resumed() -> None:
     seen: list[tuple[str, int, int | None]] = []
-    with _Bar(lambda d, n, t: seen.append((d, n, t)), "fetching m.gguf", total=100, initial=40) as bar:
+    bar_class = _bar_class(lambda d, n, t: seen.append((d, n, t)), "fetching m.gguf")
+    with bar_class(total=100, initial=40, desc="m.gguf", unit="B", unit_scale=True) as bar:
         bar.update(10)
+        bar.set_postfix_str("1 MB/s", refresh=False)  # what a Xet download calls too
         bar.update(50)
     assert seen == [("fetching m.gguf", 40, 100), ("fetching m.gguf", 50, 100), ("fetching m.gguf", 100, 100)]
 

@@ -92,34 +92,23 @@ def pick_file(ref: HubRef, files: list[str]) -> str:
 # --- download and verification ------------------------------------------------------------
 
 
-class _Bar:
-    """What `huggingface_hub` needs of a tqdm class, reporting to a `Progress` callback."""
-
-    def __init__(self, report: Progress, label: str, **kwargs: Any) -> None:
-        self.report, self.label = report, label
-        self.total: int | None = kwargs.get("total")
-        self.n: int = kwargs.get("initial") or 0
-        report(label, self.n, self.total)
-
-    def update(self, n: int | None = 1) -> None:
-        self.n += n or 0
-        self.report(self.label, self.n, self.total)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _Bar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
 def _bar_class(report: Progress, label: str) -> Any:
-    def make(*args: Any, **kwargs: Any) -> _Bar:
-        return _Bar(report, label, **kwargs)
+    """A tqdm class for `huggingface_hub` that draws nothing and sends every update to
+    `report` (so the CLI shows its own bar). A real tqdm subclass, so every call the hub
+    makes on it works, on plain HTTP and Xet downloads alike."""
+    from tqdm.std import tqdm
 
-    return make
+    class Bar(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "disable": True})
+            self.done: int = kwargs.get("initial") or 0
+            report(label, self.done, self.total)
+
+        def update(self, n: float | None = 1) -> None:
+            self.done += int(n or 0)
+            report(label, self.done, self.total)
+
+    return Bar
 
 
 def resolve_hf(text: str, stamps_dir: Path, progress: Progress | None = None, *, force: bool = False) -> Path:
