@@ -51,23 +51,23 @@ Costs = dict[int, dict[int, float]]  # threads -> calibrated t(size)
 
 
 def _pin(model: Model, threads: int, costs: Costs) -> None:
-    model.adapt_threads = False
+    model.tuning.adapt_threads = False
     model.backend.set_threads(threads)
     b = model.backend
-    model.drafting.cost = CostModel(costs[threads], slope=model.cost_slope, cells=lambda: b.n_used)
+    model.drafting.cost = CostModel(costs[threads], slope=model.tuning.cost_slope, cells=lambda: b.n_used)
     model.drafting.controllers.clear()
 
 
 def run_one(model: Model, method: str, task: Task, max_tokens: int, costs: Costs) -> dict[str, Any]:
     full = max(costs)
     if method == "drafts":
-        model.adapt_threads = True
-        model.calibrate()  # cached: a fresh controller and governor at every thread count
+        model.tuning.adapt_threads = True
+        model.tuning.calibrate()  # cached: a fresh controller and governor at every thread count
     else:
         _pin(model, 1 if method.endswith("@1") else full, costs)
     draft = DraftConfig(enabled=not method.startswith("plain"))
     r = model.generate(task.prompt, chat=task.chat, max_tokens=max_tokens, draft=draft)
-    gov = model.governor
+    gov = model.tuning.governor
     return {
         "decode_s": r.stats.decode_s,
         "tokens": r.tokens,
@@ -80,8 +80,8 @@ def run_one(model: Model, method: str, task: Task, max_tokens: int, costs: Costs
 def run_parallel(model: Model, method: str, queues: list[list[Task]], max_tokens: int, costs: Costs) -> dict[str, Any]:
     """One batched run of every client's requests (drafts on), pinned or governed."""
     if method == "batched":
-        model.adapt_threads = True
-        model.calibrate()  # cached: every thread back, a fresh governor
+        model.tuning.adapt_threads = True
+        model.tuning.calibrate()  # cached: every thread back, a fresh governor
     else:
         _pin(model, 1 if method.endswith("@1") else max(costs), costs)
     run = run_batched(model, queues, max_tokens, drafts=True, govern=method == "batched")
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     model = load(args.model)
     full = model.backend.n_threads
     # idle cost curves at every count first, before any load
-    costs = {full: model.calibrate()}
+    costs = {full: model.tuning.calibrate()}
     model.backend.set_threads(1)
     model.backend.reset()
     costs[1] = model.backend.measure_cost(sorted(costs[full]), repeats=3)
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if condition == "busy" else None
         try:
             time.sleep(1.0 if spinner else 0.0)
-            if model.cpu is not None:  # its next reading covers this condition only
-                model.cpu.others()
+            if model.tuning.cpu is not None:  # its next reading covers this condition only
+                model.tuning.cpu.others()
             for rep in range(args.repeats):
                 for i, unit in enumerate(units):
                     order = methods[(rep + i) % len(methods):] + methods[: (rep + i) % len(methods)]

@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"{args.folder} has no bench meta.json with a verify cost ({type(e).__name__}: {e})")
     runs = read_runs(args.folder / RUNS_FILE)
     model = lookahead.load(args.model)
-    model.calibrate()
+    model.tuning.calibrate()
     tasks = load_tasks(list(KINDS), prompt_set=args.prompt_set)
     lens = {t.id: len(model.prompt_tokens(t.prompt, t.chat)) for t in tasks}
-    rows = compare(runs, lens, cal, model.cost_slope)
+    rows = compare(runs, lens, cal, model.tuning.cost_slope)
     print(f"{'task':30s} {'cells':>5s}  {'real':>5s} {'flat':>5s} {'deep':>5s}  real/flat real/deep  outside")
     for r in rows:
         print(f"{r['task']:30s} {r['cells']:5d}  {r['real']:5.2f} {r['flat']:5.2f} {r['deep']:5.2f}"

@@ -16,10 +16,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from bench.methods import Measurement
+from bench.measurement import Measurement
 
 # method name -> the server's --spec-type (None: no speculative decoding, its own baseline)
 SERVER_METHODS: dict[str, str | None] = {
@@ -63,8 +62,6 @@ def parse_completion(body: dict[str, Any]) -> Measurement:
     Generation time is the server's `predicted_ms` over `predicted_n` tokens; each verify
     step emits its accepted drafts plus one token, so steps = predicted_n - draft_n_accepted.
     """
-    from bench.methods import Measurement
-
     timings = body.get("timings")
     if not isinstance(timings, dict) or "predicted_n" not in timings or "predicted_ms" not in timings:
         raise ValueError(f"the server's reply has no usable timings: {sorted(body)}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 from bench.llama_server import SERVER_METHODS, LlamaServerMethods
+from bench.measurement import Measurement
 from bench.oracle import OracleDrafter, OraclePolicy
 from bench.tasks import Task
 from lookahead.api import Model
@@ -83,31 +83,6 @@ def is_chain(method: str) -> bool:
     return config is not None and config.enabled and config.branches == 1
 
 
-@dataclass
-class Measurement:
-    """One generation. tok/s = decode_tokens / decode_s (prefill excluded)."""
-
-    tokens: list[int]  # generated tokens (end-of-generation token excluded)
-    decode_tokens: int  # tokens produced inside the decode_s window
-    decode_s: float
-    prefill_s: float
-    steps: int  # verify steps (llama_decode calls) in the decode window
-    drafted: int  # draft tokens verified
-    accepted: int  # draft tokens accepted
-    k_trace: list[int] = field(default_factory=list)  # draft tokens verified, per step
-    # per step (the engine's Step events; per token for llama-cpp-python; none for a server):
-    step_t: list[float] = field(default_factory=list)  # seconds from the request to its tokens
-    step_tokens: list[int] = field(default_factory=list)  # tokens it emitted
-    step_accepted: list[int] = field(default_factory=list)  # drafted tokens it accepted
-    step_verify_s: list[float] = field(default_factory=list)  # its llama_decode
-    step_draft_s: list[float] = field(default_factory=list)  # proposing + choosing its draft
-    extra: dict[str, Any] = field(default_factory=dict)  # method-specific (a server's own timings, ...)
-
-    @property
-    def tok_s(self) -> float:
-        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
-
-
 Runner = Callable[[Task, int], Measurement]
 
 
@@ -144,11 +119,11 @@ def lookahead_runner(model: Model, config: DraftConfig) -> Runner:
         # and the cost curve goes back to the calibrated one a new process loads from the
         # disk cache (with a fresh thread governor): the curve learned on earlier prompts
         # once made one summary draft 11 nodes where a new process drafts 5.
-        model.calibrate()
+        model.tuning.calibrate()
         t0 = time.perf_counter()
         m = timed(model.stream(task.prompt, tokens=tokens, max_tokens=max_tokens, draft=config), t0)
-        gov = model.governor  # calibrate() made it for this run
-        if gov is not None and model.adapt_threads and not config.exact:
+        gov = model.tuning.governor  # calibrate() made it for this run
+        if gov is not None and model.tuning.adapt_threads and not config.exact:
             # a switch to fewer threads slows every step while it lasts: on a noisy machine
             # this tells a switch from a slow method
             m.extra["thread_switches"] = gov.switches

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lookahead.core.draft import SOURCE_PREDICTION, Draft
+from lookahead.core.policy import Offer
 
 NextToken = Callable[[int], int | None]  # the output token `offset` places ahead, or None if unknown
 
@@ -103,8 +104,22 @@ class OraclePolicy:
     def alpha(self) -> float:
         return self._accepted / self._steps if self._steps else 0.0
 
+    def begin(self) -> None:
+        """Nothing per request: `next_token` follows the request."""
+
+    def could_pay(self, nodes: int) -> bool:
+        return True
+
     def choose(self, draft: Draft) -> int:
         return best_prefix(draft, min(len(draft), self._k_max), self.next_token, self.cost)
+
+    def offer(self, draft: Draft) -> Offer:
+        """The best prefix, forced (the oracle knows its worth better than any estimate)."""
+        n = self.choose(draft)
+        return Offer(np.ones(n), forced=n)
+
+    def for_batch(self) -> OraclePolicy:
+        return self
 
     def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None:
         self._steps += 1

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
 
     path = models.resolve_model(args.model, models.default_cache_dir())
     model = load(path, backend=BackendConfig(n_ctx=8192, n_threads=args.threads))
-    costs = model.calibrate()
+    costs = model.tuning.calibrate()
     cost = CostModel(costs)
     bounds = {c: batching_bound(cost, c) for c in levels}
     print("cost curve t(n)/t(1): " + ", ".join(f"{n}: {t / costs[1]:.2f}" for n, t in sorted(costs.items())))

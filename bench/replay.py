@@ -153,11 +153,11 @@ def replay(
     *, oracle: bool, shared: bool, verbose: bool, curve: dict[int, float] | None = None,
     context: bool = True,
 ) -> dict[str, list[float]]:
-    calibration = model.calibrate()
+    calibration = model.tuning.calibrate()
     if curve:  # another machine's shape t(n)/t(1), at this machine's t(1)
         calibration = {n: calibration[1] * r for n, r in {1: 1.0, **curve}.items()}
     sizes = sorted(calibration)
-    slope = model.cost_slope if context else {}
+    slope = model.tuning.cost_slope if context else {}
     base = CostModel(calibration, slope=slope)
 
     def cost(n: int, cells: int = 0) -> float:

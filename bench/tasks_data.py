@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from bench.tasks import Task
+from bench.task import Task
 
 _BOOKS = [
     {"title": "The Salt Road", "author": "Mara Quill", "year": 1987, "shelf": "H-12", "loanable": True},

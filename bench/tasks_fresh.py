@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from bench.tasks import Task, humaneval
+from bench.task import Task, humaneval
 
 HUMANEVAL_IDS = (9, 44, 77, 130)
 

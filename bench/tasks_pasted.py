@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from bench.tasks import Task
+from bench.task import Task
 
 _FENCE_LINE = re.compile(r"^```[^\n]*\n?", re.MULTILINE)
 

@@ -20,7 +20,7 @@ import shlex
 import statistics
 import textwrap
 
-from bench.tasks import Task, humaneval
+from bench.task import Task, humaneval
 
 HUMANEVAL_IDS = (3, 12, 25, 58, 101, 150)
 

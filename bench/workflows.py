@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
 
     path = models.resolve_model(args.model, models.default_cache_dir())
     model = load(path, backend=BackendConfig(n_ctx=8192, n_threads=args.threads))
-    model.calibrate()
+    model.tuning.calibrate()
     model.generate("Write a Python function that returns the square of x.", chat=True, max_tokens=16)  # warm
     completions = completion_cases(args.functions)
     # The repository as context, less every file a case completes in (`complete` leaves out

@@ -32,6 +32,10 @@ class BackendError(LookaheadError):
     """The model could not be loaded or evaluated."""
 
 
+class Interrupted(LookaheadError):
+    """A generation stopped on request between two prefill chunks (its client left)."""
+
+
 class BackendUnsupported(BackendError):
     """No llama.cpp configuration runs correctly on this CPU (see the backend probe)."""
 

@@ -21,14 +21,14 @@ def test_calibration_after_a_generation_measures_an_empty_cache(smol_model, tmp_
         return {1: 0.01, 2: 0.015}
 
     monkeypatch.setattr(smol_model.backend, "measure_cost", spy)
-    monkeypatch.setattr(smol_model, "cache_dir", tmp_path)  # no cached table: measure
-    smol_model.calibrate()
+    monkeypatch.setattr(smol_model.tuning, "cache_dir", tmp_path)  # no cached table: measure
+    smol_model.tuning.calibrate()
     # empty first; then deeper, for the context slope; the cache is left empty
     assert seen[0] == 0
     assert seen[1:] == [min(1024, smol_model.backend.n_ctx // 2)]
     assert smol_model.backend.n_used == 0
     monkeypatch.setattr(smol_model.backend, "measure_cost", real)
-    smol_model._cost_ready = False
+    smol_model.tuning.ready = False
 
 
 @pytest.mark.model
@@ -43,15 +43,15 @@ def test_calibration_caches_the_context_slope(smol_model, tmp_path, monkeypatch)
         return {n: 0.01 * n * (1.5 if deep and n >= 8 else 1.0) for n in (1, 2, 4, 8, 16, 32, 64)}
 
     monkeypatch.setattr(smol_model.backend, "measure_cost", fake)
-    monkeypatch.setattr(smol_model, "cache_dir", tmp_path)
+    monkeypatch.setattr(smol_model.tuning, "cache_dir", tmp_path)
     try:
-        smol_model.calibrate()
+        smol_model.tuning.calibrate()
         depth = calls[1]
-        assert smol_model.cost_slope[1] == 0.0
-        assert smol_model.cost_slope[8] == pytest.approx(0.5 / depth)
-        smol_model.calibrate()  # from the cache
+        assert smol_model.tuning.cost_slope[1] == 0.0
+        assert smol_model.tuning.cost_slope[8] == pytest.approx(0.5 / depth)
+        smol_model.tuning.calibrate()  # from the cache
         assert len(calls) == 2
-        assert smol_model.cost_slope[64] == pytest.approx(0.5 / depth)
+        assert smol_model.tuning.cost_slope[64] == pytest.approx(0.5 / depth)
         cost = smol_model.drafting.cost
         smol_model.backend.prefill(smol_model.backend.tokenize("x " * 40))
         cells = smol_model.backend.n_used
@@ -59,18 +59,19 @@ def test_calibration_caches_the_context_slope(smol_model, tmp_path, monkeypatch)
         assert cost.seconds(1) == pytest.approx(0.01)
     finally:
         smol_model.backend.reset()
-        smol_model._cost_ready = False
+        smol_model.tuning.ready = False
 
 
 @pytest.mark.model
 def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # type: ignore[no-untyped-def]
-    from lookahead.api import EXACT_MIN_CTX, load
+    from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
+    from lookahead.tuning.exact import EXACT_MIN_CTX
 
     model = load(smol_path, backend=BackendConfig(n_ctx=256, n_threads=1), probe_backend=False)
     try:
         with pytest.raises(GenerationError, match=f"at least {EXACT_MIN_CTX}"):
-            model.exact_limits()
+            model.tuning.exact_limits()
     finally:
         model.close()
 

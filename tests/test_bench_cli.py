@@ -83,3 +83,12 @@ def test_quick_bench_on_the_small_model(smol_path: Path, tmp_path: Path) -> None
     assert again.exit_code == 0, again.output
     assert len(read_runs(tmp_path / "runs.jsonl")) == len(runs)
     assert "0 runs measured, 8 already recorded" in again.stderr
+
+
+def test_the_compare_script_takes_the_bench_commands_flags_without_the_cli() -> None:
+    from bench.compare import parse
+
+    config = parse(["--kinds", "code_edit,prose", "--repeats", "1", "--set", "tune", "--quick"])
+    assert config.kinds == ["code_edit", "prose"] and config.repeats == 1
+    assert config.prompt_set == "tune" and config.quick and config.threads == 0
+    assert config.command == "python -m bench.compare --kinds code_edit,prose --repeats 1 --set tune --quick"

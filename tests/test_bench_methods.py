@@ -13,24 +13,31 @@ from lookahead.core.engine import Done, Result, Stats
 TASK = Task("code_edit/x", "code_edit", "rename x")
 
 
-class StandIn:
-    """What lookahead_runner asks of a Model: a governor made by calibrate(), one
-    generation that the governor sees switch threads once."""
+class Tuning:
+    """What lookahead_runner asks of a Model's tuning: a governor made by calibrate()."""
 
     def __init__(self, adapt_threads: bool) -> None:
         self.adapt_threads = adapt_threads
-        self.backend = SimpleNamespace(n_threads=2)
         self.governor: Any = None
 
     def calibrate(self) -> None:
         self.governor = SimpleNamespace(switches=0)
 
+
+class StandIn:
+    """What lookahead_runner asks of a Model: its tuning, and one generation that the
+    governor sees switch threads once."""
+
+    def __init__(self, adapt_threads: bool) -> None:
+        self.tuning = Tuning(adapt_threads)
+        self.backend = SimpleNamespace(n_threads=2)
+
     def prompt_tokens(self, prompt: str, chat: bool) -> list[int]:
         return [1, 2, 3]
 
     def stream(self, prompt: str, **kwargs: Any) -> list[Done]:
-        if self.adapt_threads and not kwargs["draft"].exact:
-            self.governor.switches += 1  # the run went to one thread
+        if self.tuning.adapt_threads and not kwargs["draft"].exact:
+            self.tuning.governor.switches += 1  # the run went to one thread
             self.backend.n_threads = 1
         return [Done(Result("ab", [4, 5], Stats(n_tokens=2, steps=2, decode_s=0.1), "length"))]
 

@@ -183,12 +183,15 @@ def test_read_runs_drops_a_torn_last_line(tmp_path: Path) -> None:
     assert [r["task"] for r in read_runs(path)] == ["prose/a"]
 
 
+class FakeTuning:
+    def calibrate(self) -> dict[int, float]:
+        return dict(COSTS)
+
+
 class FakeModel:
     def __init__(self, path: Path) -> None:
         self.backend = type("B", (), {"path": path})()
-
-    def calibrate(self) -> dict[int, float]:
-        return dict(COSTS)
+        self.tuning = FakeTuning()
 
     def close(self) -> None:
         pass

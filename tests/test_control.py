@@ -14,12 +14,8 @@ import numpy.typing as npt
 import pytest
 
 from lookahead.core.control import (
-    CHANGE_KEEP,
-    CHANGE_NATS,
-    CHANGE_SHIFT,
     DEFAULT_SHAPE,
     N_BINS,
-    PRIOR_CAP,
     Q_EDGES,
     AcceptanceStats,
     ControlConfig,
@@ -27,10 +23,11 @@ from lookahead.core.control import (
     CostModel,
     FixedPolicy,
     ShadowScorer,
-    _Cursor,
     path_probs,
     simulate,
 )
+from lookahead.core.control.acceptance import CHANGE_KEEP, CHANGE_NATS, CHANGE_SHIFT, PRIOR_CAP
+from lookahead.core.control.shadow import _Cursor
 from lookahead.core.draft import SOURCE_NGRAM, SOURCE_SUFFIX, Draft
 from lookahead.core.draft_state import MAX_BUDGET, DraftConfig
 from lookahead.core.engine import Policy

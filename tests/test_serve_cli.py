@@ -103,7 +103,7 @@ def test_a_real_server_answers_and_shuts_down_on_sigterm(smol_path: Path, tmp_pa
     index = tmp_path / "shared.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
-         "--threads", "1", "--index-file", str(index), "--log-level", "warning"],
+         "--threads", "1", "--index-file", str(index), "--index-scope", "key", "--log-level", "warning"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -121,6 +121,8 @@ def test_models_and_health(server: Running) -> None:
     assert [m.id for m in openai_client(server).models.list().data] == [MODEL_ID]
     with server.client() as c:
         assert c.get("/health").json()["status"] == "ok"  # no key needed
+        assert c.get("/metrics").status_code == 401  # behind the key, as llama-server's
+    with server.client(KEY_B) as c:
         metrics = c.get("/metrics").text
     for name in ("lookahead_requests_total", "lookahead_verify_steps_total", "lookahead_alpha_bucket",
                  "lookahead_queue_depth", "lookahead_accepted_tokens_total", "lookahead_decode_tokens_per_second"):
@@ -361,7 +363,7 @@ def test_load_200_requests_from_8_clients(smol_path: Path) -> None:
 
 def test_the_shared_index_survives_a_restart(smol_path: Path, tmp_path: Path) -> None:
     index = tmp_path / "shared.json"
-    config = ServeConfig(model_id=MODEL_ID, index_file=index)
+    config = ServeConfig(model_id=MODEL_ID, index_file=index, index_scope="key")  # no keys: asked for
     prompt = "Once upon a time, in a small village by the sea,"
     with serving(config, loader(smol_path)) as server:
         _, n, _ = _accepted(server, "", prompt)

@@ -87,7 +87,7 @@ def test_under_load_within_15_percent_of_the_best_fixed_count(seed):
 
 
 def test_a_cost_curve_measured_under_load_is_not_plausible():
-    from lookahead.api import plausible
+    from lookahead.tuning.calibrate import plausible
 
     assert plausible({1: 0.04, 2: 0.08, 4: 0.1, 8: 0.18})
     assert plausible({1: 0.04, 2: 0.035})  # within noise of t(1)

@@ -84,8 +84,9 @@ def report(
     progress: models.Progress | None = None,
 ) -> dict[str, Any]:
     """Everything `lookahead doctor` shows. A model that cannot load is reported, not raised."""
-    from lookahead.api import EXACT_SPLIT, PROBE_CACHE, load
+    from lookahead.api import PROBE_CACHE, load
     from lookahead.backend.llama import BackendConfig, build_info, default_threads, system_info
+    from lookahead.tuning.exact import EXACT_SPLIT
 
     cache_root = cache_dir.parent
     out: dict[str, Any] = {
@@ -115,11 +116,11 @@ def report(
             }
             if progress is not None:
                 progress("measuring the verify cost (cached after the first run)", 0, None)
-            entry["verify_cost"] = cost_curve(lm.calibrate())
+            entry["verify_cost"] = cost_curve(lm.tuning.calibrate())
             if exact:
                 if progress is not None:
                     progress("testing which batch sizes give bit-identical logits", 0, None)
-                short, long = lm.exact_limits()
+                short, long = lm.tuning.exact_limits()
                 entry["exact_batch"] = {f"below_{EXACT_SPLIT}_cells": short, f"above_{EXACT_SPLIT}_cells": long}
         except LookaheadError as exc:
             entry["error"] = str(exc)

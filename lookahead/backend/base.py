@@ -39,7 +39,11 @@ class Verifier(Protocol):
     n_ctx: int
     n_batch: int  # most tokens one verify may decode: the root + the draft
     max_branches: int  # most leaves a draft may have (one sequence id each)
-    n_past: int  # tokens committed to the KV cache
+
+    @property
+    def n_past(self) -> int:
+        """Tokens committed to the KV cache."""
+        ...
 
     @property
     def n_used(self) -> int:

@@ -1,36 +1,12 @@
 """llama.cpp backend: the ONLY module that imports `llama_cpp`.
 
-It loads a GGUF through the low-level API, tokenizes, and verifies a whole draft tree in
-one `llama_decode`. Tree batch layout (each node is one batch entry at position
-n_past + depth; every branch, root to leaf, is one sequence id):
-
-     depth:        0        1        2        3
-     tokens:     [root] ── [a] ──── [b] ──── [c]        leaf c  -> seq 0
-                      └─── [a'] ─── [d]                 leaf d  -> seq 1
-     entries:    root{0..S-1}  a{0}  b{0}  c{0}  a'{1}  d{1}
-
-Entries go in depth-first preorder (children best-first) and leaves are numbered left to
-right, so the leaves below any node are a range of seq ids (`tree_layout.TreeLayout`, pure
-numpy, computes this layout; its tests check these properties on random trees).
-
-llama.cpp builds the attention mask from the FIRST seq id of each entry and the cells that
-carry it, so every sequence 0..S-1 must see the whole committed prefix. Invariant between
-steps: every committed cell carries all S seq ids; the only other cells are "parked" ones,
-which carry just the spare id S that no batch ever uses, so nobody attends to them. The
-root carries all S ids (the batch validator wants coupled sequences to stay equal).
-
-Why park instead of free: llama.cpp's CPU flash attention (which is what makes batched
-logits bit-identical to one-token decoding) sums the live cells in cache order, and a freed
-cell before a live one is refilled by a later token, changing that order and moving logits
-by up to ~0.6. Cells are taken in batch order, so with the preorder layout, for an accepted
-path ending at x (leaves below x = seq range [lo, hi], keep = lo):
-  1. branches left of x (seq < lo) lie before x: park their cells (cp to S, rm);
-  2. every other branch (seq > lo) lies after x: free its cells; keep's cells deeper
-     than x too;
-  3. copy keep's accepted cells to every other sequence id.
-Nothing is recomputed: the accepted cells hold exactly the K/V that one-by-one decoding
-would have produced. Parked cells cost capacity (`n_used`) until the next reset; with
-best-first children the accepted path is usually leftmost and parks nothing.
+It loads a GGUF through the low-level API, tokenizes, and decodes batches: `KVContext` is a
+llama.cpp context with the few calls the KV cache manager needs (decode, the
+`llama_memory_seq_*` calls); `LlamaBackend` is a model with one context and one `KVSlot` over
+it (`lookahead/backend/kv_cache.py`: the tree batch layout, the commit and park rule and the
+prompt cache, written once, in pure numpy), so a whole draft tree is verified in one
+`llama_decode`. The multi-slot context (`lookahead/backend/slots.py`) asks the backend for a
+second `KVContext` on the same weights and runs several `KVSlot`s in it.
 """
 
 from __future__ import annotations
@@ -39,7 +15,7 @@ import ctypes
 import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,10 +24,10 @@ import llama_cpp as ll
 import numpy as np
 
 from lookahead.backend.base import Logits
-from lookahead.backend.tree_layout import TreeLayout
+from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
-from lookahead.errors import BackendError, ConfigError
+from lookahead.errors import BackendError, ConfigError, Interrupted
 
 
 @dataclass(frozen=True)
@@ -119,16 +95,11 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _Batch:
-    """A llama_batch whose arrays are numpy buffers we own, so filling it is vector work."""
+class _Batch(BatchArrays):
+    """BatchArrays with the llama_batch that points at them, so filling it is vector work."""
 
     def __init__(self, capacity: int, n_seq: int) -> None:
-        self.capacity = capacity
-        self.token = np.zeros(capacity, dtype=np.int32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.n_seq_id = np.ones(capacity, dtype=np.int32)
-        self.seq = np.zeros((capacity, n_seq), dtype=np.int32)
-        self.logits = np.zeros(capacity, dtype=np.int8)
+        super().__init__(capacity, n_seq)
         row_ptr = ctypes.POINTER(ctypes.c_int32)
         base = self.seq.ctypes.data
         self._rows = (row_ptr * capacity)(
@@ -143,15 +114,6 @@ class _Batch:
         st.seq_id = ctypes.cast(self._rows, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
         st.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.struct = st
-
-    def fill_tree(self, layout: TreeLayout, n_past: int) -> None:
-        """Entries 1.. from `layout` (entry 0, the root, is the caller's)."""
-        for e, node in enumerate(layout.order, start=1):
-            lo, hi = layout.leaf_range[node]
-            self.token[e] = layout.tokens[node]
-            self.pos[e] = n_past + layout.depth[node]
-            self.n_seq_id[e] = hi - lo + 1
-            self.seq[e, : hi - lo + 1] = np.arange(lo, hi + 1, dtype=np.int32)
 
 
 class _Rows:
@@ -297,7 +259,7 @@ class LlamaVocab:
 
 
 
-def new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int) -> Any:
+def _new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int) -> Any:
     """A llama.cpp context on loaded weights: one unified KV cache of `config.n_ctx` cells
     shared by `n_seq_max` sequence ids, batches of up to `config.n_batch` tokens."""
     cparams = ll.llama_context_default_params()
@@ -319,16 +281,17 @@ def new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int)
 
 
 class KVContext:
-    """A second context on a loaded backend's weights, with the few llama.cpp calls a
-    multi-slot backend needs (`lookahead/backend/slots.py`), so that only this module
-    imports llama_cpp. Decodes `_Batch`es; the KV calls are llama_memory_seq_*."""
+    """A llama.cpp context with the calls the KV cache manager needs (`kv_cache.KVOps`):
+    decode a batch, read its logits rows, and the llama_memory_seq_* calls. Made by
+    `LlamaBackend` (its own context, and `new_kv` for a multi-slot one on the same weights)."""
 
-    def __init__(self, backend: LlamaBackend, n_seq_max: int) -> None:
-        self._ctx = new_context(backend._model, backend.config, n_seq_max, backend.n_threads)
-        self.n_threads = backend.n_threads
+    def __init__(self, model: Any, config: BackendConfig, n_seq_max: int, threads: int, n_vocab: int) -> None:
+        self._ctx = _new_context(model, config, n_seq_max, threads)
+        self.n_threads = threads
         self._mem = ll.llama_get_memory(self._ctx)
         self.n_ctx = int(ll.llama_n_ctx(self._ctx))
-        self.n_vocab = backend.n_vocab
+        self.n_vocab = n_vocab
+        self.n_decoded = 0  # tokens decoded since the context was made (tests, the cache's gain)
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):
@@ -338,19 +301,27 @@ class KVContext:
     def __del__(self) -> None:
         self.close()
 
+    def new_batch(self, capacity: int, n_seq: int) -> BatchArrays:
+        """Batch arrays this context can decode: `capacity` entries, up to `n_seq` ids each."""
+        return _Batch(capacity, n_seq)
+
     def set_threads(self, threads: int) -> None:
         """Decode with `threads` threads from the next decode on (the thread governor)."""
         ll.llama_set_n_threads(self._ctx, threads, threads)
         self.n_threads = threads
 
-    def decode(self, batch: _Batch, n: int) -> None:
+    def decode(self, batch: BatchArrays, n: int) -> None:
+        """Decode the first `n` entries of `batch` (made by `new_batch`)."""
+        if not isinstance(batch, _Batch):
+            raise TypeError("decode takes a batch made by KVContext.new_batch")
         batch.struct.n_tokens = n
         rc = ll.llama_decode(self._ctx, batch.struct)
         if rc != 0:
             raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
+        self.n_decoded += n
 
-    def rows(self, n_rows: int, order: np.ndarray) -> _Rows:
-        """Logits rows of the last decode: row r is batch entry order[r]."""
+    def rows(self, n_rows: int, order: np.ndarray | None) -> _Rows:
+        """Logits rows of the last decode: row r is batch entry order[r] (None: entry r)."""
         return _Rows(self._ctx, self.n_vocab, n_rows, order)
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
@@ -368,144 +339,115 @@ class KVContext:
 
 
 class LlamaBackend(LlamaVocab):
-    """A GGUF model and one context, ready for tree-shaped verify batches."""
+    """A GGUF model and one context, ready for tree-shaped verify batches: one `KVSlot`
+    (branch ids 0..B-1, park id B) over the whole context."""
 
     def __init__(self, path: str | Path, config: BackendConfig | None = None) -> None:
         self.config = config = config or BackendConfig()
         super().__init__(path, vocab_only=False, repack=config.repack)
-        model = self._model
 
         # A draft has at most n_batch - 1 nodes, so no more leaves; and llama.cpp aborts the
         # process (an assertion on its output buffer) when n_batch < n_seq_max.
         self.max_branches = max(1, min(config.max_branches, config.n_batch - 1))
         threads = config.n_threads or default_threads()
-        # one more id than branches: the last one parks rejected cells (see commit)
+        # one more id than branches: the last one parks rejected cells (see kv_cache.py)
         try:
-            ctx = new_context(model, config, self.max_branches + 1, threads)
+            self._kv = self.new_kv(self.max_branches + 1, threads)
         except BackendError:
-            ll.llama_model_free(model)
+            ll.llama_model_free(self._model)
             self._model = None  # freed: close() must not free it again
             raise
-        self._ctx = ctx
-        self._mem = ll.llama_get_memory(ctx)
-        self.n_ctx = int(ll.llama_n_ctx(ctx))
+        self.n_ctx = self._kv.n_ctx
         self.n_batch = config.n_batch
-        self.n_threads = threads
-        self._park = self.max_branches
-        self._layout: TreeLayout | None = None
-        self.parked = 0
-        self._batch = _Batch(self.n_batch, self.max_branches)
-        self._all_seqs = np.arange(self.max_branches, dtype=np.int32)
-        self.n_past = 0
+        self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
+        self._slot = KVSlot(self._kv, 0, self.max_branches, self.n_ctx)
+        # asked before each prefill chunk: True stops the prefill with Interrupted (a service
+        # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
+        self.interrupt: Callable[[], bool] | None = None
+
+    def new_kv(self, n_seq_max: int, threads: int | None = None) -> KVContext:
+        """A context of its own on this model's weights (no second copy of the model), with
+        this backend's configuration, for `n_seq_max` sequence ids."""
+        return KVContext(self._model, self.config, n_seq_max, threads or self.n_threads, self.n_vocab)
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            ll.llama_free(self._ctx)
-            self._ctx = None
+        kv = getattr(self, "_kv", None)
+        if kv is not None:
+            kv.close()
         super().close()
 
+    @property
+    def n_threads(self) -> int:
+        return self._kv.n_threads
+
+    def set_threads(self, threads: int) -> None:
+        """Decode with `threads` threads from the next decode on (the thread governor)."""
+        self._kv.set_threads(threads)
+
     # ---- KV cache and decoding ------------------------------------------------------
-    def reset(self) -> None:
-        ll.llama_memory_clear(self._mem, True)
-        self.n_past = 0
-        self.parked = 0
+    @property
+    def n_past(self) -> int:
+        """Tokens committed to the KV cache."""
+        return self._slot.n_past
 
-    def _decode(self, n: int) -> None:
-        self._batch.struct.n_tokens = n
-        rc = ll.llama_decode(self._ctx, self._batch.struct)
-        if rc != 0:
-            raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
-
-    def prefill(self, tokens: TokenArray) -> None:
-        b = self._batch
-        tokens = np.asarray(tokens, dtype=np.int32)
-        if self.n_past + len(tokens) + 1 > self.n_ctx:
-            raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
-        start = self.n_past
-        for lo in range(0, len(tokens), self.n_batch):
-            chunk = tokens[lo : lo + self.n_batch]
-            n = len(chunk)
-            b.token[:n] = chunk
-            b.pos[:n] = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
-            b.n_seq_id[:n] = 1
-            b.seq[:n, 0] = 0
-            b.logits[:n] = 0
-            self._decode(n)
-            self.n_past += n
-        # every sequence id shares the committed prefix (see the module docstring)
-        for s in range(1, self.max_branches):
-            ll.llama_memory_seq_cp(self._mem, 0, s, start, -1)
+    @property
+    def parked(self) -> int:
+        """Rejected cells kept masked (see kv_cache.py)."""
+        return self._slot.parked
 
     @property
     def n_used(self) -> int:
         """KV cells in use: the committed tokens plus parked rejected cells."""
-        return self.n_past + self.parked
+        return self._slot.n_used
+
+    @property
+    def cache_tokens(self) -> list[int]:
+        """The tokens the committed cells hold, in order (the prompt cache compares them)."""
+        return self._slot.cache_tokens
+
+    @property
+    def n_decoded(self) -> int:
+        """Tokens decoded since the backend was made (how much a prompt cache saved)."""
+        return self._kv.n_decoded
+
+    def reset(self) -> None:
+        self._kv.clear()
+        self._slot.forget()
+
+    def reuse(self, tokens: Sequence[int]) -> int:
+        """The prompt cache: keep the committed cells of the longest common prefix with
+        `tokens`, drop the rest; returns the count kept (see `KVSlot.reuse`)."""
+        return self._slot.reuse(tokens)
+
+    def _decode(self, n: int) -> None:
+        self._kv.decode(self._batch, n)
+
+    def prefill(self, tokens: TokenArray) -> None:
+        tokens = np.asarray(tokens, dtype=np.int32)
+        if self.n_used + len(tokens) + 1 > self.n_ctx:
+            raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
+        for lo in range(0, len(tokens), self.n_batch):
+            if self.interrupt is not None and self.interrupt():
+                raise Interrupted(f"prefill stopped after {lo} of {len(tokens)} tokens")
+            chunk = tokens[lo : lo + self.n_batch]
+            self._slot.put_prefill(self._batch, 0, chunk)
+            self._decode(len(chunk))
+            self._slot.prefilled(chunk)
 
     def verify(self, root: int, draft: Draft) -> _Rows:
         n = len(draft) + 1
         if n > self.n_batch:
             raise BackendError(f"a draft of {n - 1} nodes exceeds n_batch {self.n_batch}")
-        if self.n_used + n > self.n_ctx:
-            raise BackendError("the draft does not fit in the context")
-        b = self._batch
-        b.token[0] = root
-        b.pos[0] = self.n_past
-        b.logits[:n] = 1
-        b.n_seq_id[0] = self.max_branches
-        b.seq[0, : self.max_branches] = self._all_seqs
-        if n > 1:
-            self._layout = TreeLayout(draft, self.max_branches)
-            b.fill_tree(self._layout, self.n_past)
-            rows = self._layout.rows
-        else:
-            self._layout = None
-            rows = None
+        order = self._slot.put_verify(self._batch, 0, root, draft)
         self._decode(n)
-        return _Rows(self._ctx, self.n_vocab, n, rows)
+        return self._kv.rows(n, order if n > 1 else None)
 
     def commit(self, draft: Draft, accepted: list[int]) -> None:
-        mem = self._mem
-        base = self.n_past  # the root's position
-        m = len(accepted)
-        layout = self._layout
-        if layout is None:
-            pass
-        elif m == 0:
-            # every draft cell sits after the root's: freeing them leaves no hole. Remove by
-            # branch id, never with -1, which would also free parked cells past the root.
-            for s in range(layout.n_leaves):
-                ll.llama_memory_seq_rm(mem, s, base + 1, -1)
-        else:
-            x = accepted[-1]
-            lo, hi = layout.leaf_range[x]
-            keep = lo
-            for s in range(layout.n_leaves):
-                if s < lo:
-                    # cells of branches left of x lie BEFORE x in the cache: park them
-                    # under the unused id (alive, masked for everyone) instead of
-                    # leaving holes (see the module docstring)
-                    ll.llama_memory_seq_cp(mem, s, self._park, base + 1, -1)
-                if s != keep:
-                    ll.llama_memory_seq_rm(mem, s, base + 1, -1)
-            # x's own descendants on the kept branch lie after x: free them
-            ll.llama_memory_seq_rm(mem, keep, base + m + 1, -1)
-            # the accepted cells become shared by every sequence id again
-            for s in range(self.max_branches):
-                if s != keep:
-                    ll.llama_memory_seq_cp(mem, keep, s, base + 1, base + m + 1)
-            self.parked += layout.parked_before(x, m)
-        self.n_past = base + m + 1
+        self._slot.commit(draft, accepted)
 
     def truncate(self, n_past: int) -> None:
         """Drop every cell at position >= n_past, parked ones too (tests, self-tests)."""
-        ll.llama_memory_seq_rm(self._mem, -1, n_past, -1)
-        self.n_past = n_past
-        self.parked = 0
-
-    def set_threads(self, threads: int) -> None:
-        """Decode with `threads` threads from the next decode on (the thread governor)."""
-        ll.llama_set_n_threads(self._ctx, threads, threads)
-        self.n_threads = threads
+        self._slot.truncate(n_past)
 
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:
         """Seconds for one decode of n chained tokens at the current position, per n (the
@@ -535,7 +477,7 @@ class LlamaBackend(LlamaVocab):
                 t0 = time.perf_counter()
                 self._decode(n)
                 seconds = time.perf_counter() - t0
-                ll.llama_memory_seq_rm(self._mem, -1, start, -1)
+                self._kv.seq_rm(-1, start, -1)
                 if rnd:
                     times[n].append(seconds)
         return {n: float(np.min(times[n])) for n in todo}

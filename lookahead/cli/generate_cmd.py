@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from lookahead.api import EXACT_MIN_CTX, Model, check_prompt_fits, load
+from lookahead.api import Model, check_prompt_fits, load
 from lookahead.backend.llama import BackendConfig
 from lookahead.cli.compare import compare_json, compare_line, final, plain_config
 from lookahead.cli.live import LiveInfo, show, summary_line
@@ -22,6 +22,7 @@ from lookahead.errors import ConfigError, UserError
 from lookahead.index.corpus import CorpusError
 from lookahead.models.catalog import default_cache_dir, resolve_model
 from lookahead.models.gguf import check_gguf
+from lookahead.tuning.exact import EXACT_MIN_CTX
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -105,7 +106,7 @@ def run_generate(
     print_result(result, as_json, err, n_ctx=lm.backend.n_ctx, **extra)
     if compare and not as_json:
         err.print(compare_line(result, plain), highlight=False, soft_wrap=True)  # one line, for logs too
-    gov = lm.governor
+    gov = lm.tuning.governor
     if gov is not None and gov.switches and not as_json:
         err.print(
             f"busy machine: the thread count changed {gov.switches} time(s), "
@@ -161,10 +162,10 @@ def open_model(
     # time): shown, not a silent pause before the first token.
     if draft.enabled and (draft.adaptive or (live and sys.stdout.isatty())):
         with err.status("measuring the verify cost on this machine (cached after the first run)"):
-            lm.calibrate()
+            lm.tuning.calibrate()
     if draft.enabled and draft.exact:
         with err.status("testing which batch sizes give bit-identical logits"):
-            lm.exact_limits()
+            lm.tuning.exact_limits()
     return lm, checked
 
 

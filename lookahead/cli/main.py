@@ -16,11 +16,13 @@ from lookahead.cli.options import (
     SAMPLING,
     BranchesOption,
     BudgetOption,
+    CompareOption,
     CorpusOption,
     CtxSizeOption,
     DeprecatingGroup,
     ExactOption,
     FairOption,
+    IndexScopeOption,
     JsonOption,
     KMaxOption,
     KOption,
@@ -35,6 +37,7 @@ from lookahead.cli.options import (
     RepeatPenaltyOption,
     ReportMaxTokensOption,
     SeedOption,
+    ServeExactOption,
     StopOption,
     TempOption,
     ThreadsOption,
@@ -89,14 +92,7 @@ def generate(
     corpus: CorpusOption = None,
     no_records: NoRecordsOption = False,
     no_spec: NoSpecOption = False,
-    compare: Annotated[
-        bool,
-        typer.Option(
-            "--compare",
-            help="Then decode the same prompt again without drafts and print both speeds "
-            "(the output is the same text, generated twice).",
-        ),
-    ] = False,
+    compare: CompareOption = False,
     as_json: JsonOption = False,
     live: LiveOption = False,
     n_ctx: CtxSizeOption = CTX_SIZE,
@@ -211,10 +207,12 @@ def serve(
     index_file: Annotated[
         Path | None, typer.Option("--index-file", help="Keep the shared index in this file across restarts.")
     ] = None,
+    index_scope: IndexScopeOption = None,
+    metrics_key: Annotated[
+        str | None, typer.Option("--metrics-key", help="The key /metrics asks for (default: any API key).")
+    ] = None,
     no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for it.")] = False,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, unless a request says not.")
-    ] = False,
+    exact: ServeExactOption = False,
     k_max: KMaxOption = DRAFT.k_max,
     budget: BudgetOption = DRAFT.budget,
     parallel: ParallelOption = -1,
@@ -225,7 +223,8 @@ def serve(
     /health, /metrics) that keeps one model warm and drafts from what it has seen.
 
     Example: lookahead serve --port 8000, then
-    curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+    curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"messages": [{"role": "user", "content": "Hi"}]}'
     """
     from lookahead.cli.extras import require
 
@@ -247,6 +246,8 @@ def serve(
             threads=threads,
             shared_index=not no_shared_index,
             index_file=index_file,
+            index_scope=index_scope,
+            metrics_key=metrics_key,
             draft=draft,
             log_level=log_level,
             parallel=parallel,

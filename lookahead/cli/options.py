@@ -96,6 +96,15 @@ NoAdaptiveOption = Annotated[
     bool, typer.Option("--no-adaptive", help="Fixed K instead of the cost-aware controller.")
 ]
 
+CompareOption = Annotated[
+    bool,
+    typer.Option(
+        "--compare",
+        help="Then decode the same prompt again without drafts and print both speeds "
+        "(the output is the same text, generated twice).",
+    ),
+]
+
 # --- output --------------------------------------------------------------------------------
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")]
@@ -121,6 +130,18 @@ ParallelOption = Annotated[
     ),
 ]
 
+ServeExactOption = Annotated[
+    bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, unless a request says not.")
+]
+IndexScopeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--index-scope",
+        help="Whose earlier requests a request drafts from: 'key' (the same API key's) or 'none'. "
+        "Default: 'key' with API keys, else 'none' (clients without keys would share one memory, "
+        "and a response's accepted count could hint at what another client sent).",
+    ),
+]
 FairOption = Annotated[
     bool,
     typer.Option(

@@ -28,7 +28,8 @@ def read_keys(api_key: str | None, api_key_file: Path | None) -> tuple[str, ...]
         raise ConfigError("--api-key is empty")
     if api_key_file is not None:
         try:
-            lines = api_key_file.read_text(encoding="utf-8").splitlines()
+            # utf-8-sig: a key file saved by an editor that writes a BOM keeps its first key intact
+            lines = api_key_file.read_text(encoding="utf-8-sig").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"cannot read --api-key-file {api_key_file}: {exc}") from exc
         found = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
@@ -87,6 +88,8 @@ def run_serve(
     draft: DraftConfig,
     log_level: str,
     parallel: int = -1,
+    index_scope: str | None = None,
+    metrics_key: str | None = None,
 ) -> int:
     import uvicorn
 
@@ -101,6 +104,10 @@ def run_serve(
         raise ConfigError(f"--ctx-size must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    if index_scope not in (None, "key", "none"):
+        raise ConfigError(f"--index-scope must be 'key' or 'none', got {index_scope}")
+    if metrics_key is not None and not metrics_key.strip():
+        raise ConfigError("--metrics-key is empty")
     parallel = check_parallel(parallel, draft.exact)
     err = Console(stderr=True)
     check_port(host, port)
@@ -110,18 +117,26 @@ def run_serve(
             "this address can use the model (set --api-key or --api-key-file)",
             highlight=False,
         )
-    with _RichProgress(err) as progress:
-        path = resolve_model(model, default_cache_dir(), progress)
-        check_gguf(path)
     config = ServeConfig(
         model_id=model,
         api_keys=keys,
         max_queue=queue,
         shared_index=shared_index,
         index_file=index_file,
+        index_scope=index_scope,
+        metrics_key=metrics_key.strip() if metrics_key else None,
         draft=draft,
         parallel=parallel,
     )
+    if index_file is not None and not config.remembers:
+        err.print(
+            "[yellow]warning:[/yellow] --index-file is unused: this server keeps no memory across requests "
+            "(without API keys, ask for one with --index-scope key)",
+            highlight=False,
+        )
+    with _RichProgress(err) as progress:
+        path = resolve_model(model, default_cache_dir(), progress)
+        check_gguf(path)
     backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
     app = create_app(config, lambda: load(path, backend=backend))
     server = uvicorn.Server(

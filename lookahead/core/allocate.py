@@ -28,31 +28,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from lookahead.core.control import CostModel
+from lookahead.core.policy import Offer
 
 Floats = npt.NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class Offer:
-    """One request's candidate nodes for this step.
-
-    `gains[i]`: expected accepted tokens node i adds (its P'), in draft order, already cut
-    to what the request may verify (room, depth, branches). `forced`: nodes verified
-    whatever they are worth (a fixed-K policy), taken before the ranked ones.
-    """
-
-    gains: Floats
-    forced: int = 0
-
-    @property
-    def want(self) -> int:
-        return max(len(self.gains), self.forced)
 
 
 def fair_shares(wants: Sequence[int], budget: int) -> list[int]:

@@ -8,6 +8,7 @@ one per loaded model.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,12 @@ class DraftConfig:
         )
 
 
+# controllers kept per drafting configuration: a service's clients may send any
+# (k_max, budget) pair, and each controller holds tables of some megabytes; the least
+# recently used is dropped past this (a request that holds it keeps it to its end)
+MAX_CONTROLLERS = 16
+
+
 @dataclass
 class DraftState:
     """Per-model drafting state that outlives a request."""
@@ -83,7 +90,7 @@ class DraftState:
     token_bytes: Callable[[int], bytes]
     corpus_cache: Path
     cost: CostModel = field(default_factory=CostModel)
-    controllers: dict[ControlConfig, Controller] = field(default_factory=dict)
+    controllers: OrderedDict[ControlConfig, Controller] = field(default_factory=OrderedDict)
     corpora: dict[tuple[Path, ...], CorpusIndex | None] = field(default_factory=dict)
 
     def corpus(self, config: DraftConfig, progress: Progress | None = None) -> CorpusIndex | None:
@@ -122,4 +129,7 @@ class DraftState:
         ctl = config.control()
         if ctl not in self.controllers:
             self.controllers[ctl] = Controller(ctl, self.cost)
+            while len(self.controllers) > MAX_CONTROLLERS:
+                self.controllers.popitem(last=False)
+        self.controllers.move_to_end(ctl)
         return self.controllers[ctl]

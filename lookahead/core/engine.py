@@ -16,8 +16,9 @@ import numpy as np
 
 from lookahead.backend.base import Verifier
 from lookahead.core.accept import accept
-from lookahead.core.control import Controller, FixedPolicy
+from lookahead.core.control import FixedPolicy
 from lookahead.core.draft import Draft
+from lookahead.core.policy import Policy
 from lookahead.core.sampling import Sampler, SamplingConfig
 from lookahead.core.text import TextStream
 from lookahead.errors import UserError
@@ -42,26 +43,6 @@ class Drafter(Protocol):
     def observe(self, tokens: Sequence[int]) -> None: ...
 
     def propose(self, budget: int, max_depth: int, branches: int) -> Draft: ...
-
-
-class Policy(Protocol):
-    """Chooses how much of each draft to verify (the adaptive controller, or a fixed K)."""
-
-    @property
-    def budget(self) -> int: ...  # nodes to ask the drafter for
-
-    @property
-    def max_depth(self) -> int: ...
-
-    @property
-    def branches(self) -> int: ...
-
-    @property
-    def alpha(self) -> float: ...
-
-    def choose(self, draft: Draft) -> int: ...
-
-    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -210,7 +191,7 @@ def _may_pay(policy: Policy, nodes: int) -> bool:
     cap on a CPU where a batch of 2 costs twice one token leaves no such draft)."""
     if nodes <= 0:
         return False
-    return policy.could_pay(nodes) if isinstance(policy, Controller) else True
+    return policy.could_pay(nodes)
 
 
 def _run(
@@ -225,8 +206,7 @@ def _run(
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
-    if isinstance(policy, Controller):
-        policy.begin()
+    policy.begin()
     sampler = Sampler(config.sampling)
     stream = TextStream(config.stop)
     stats = Stats()

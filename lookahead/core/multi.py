@@ -28,8 +28,8 @@ import numpy as np
 
 from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
-from lookahead.core.allocate import Offer, allocate
-from lookahead.core.control import Controller, CostModel, FixedPolicy
+from lookahead.core.allocate import allocate
+from lookahead.core.control import CostModel, FixedPolicy
 from lookahead.core.draft import Draft
 from lookahead.core.engine import (
     Done,
@@ -44,6 +44,7 @@ from lookahead.core.engine import (
     emit_tokens,
     fit_draft,
 )
+from lookahead.core.policy import Offer
 from lookahead.core.sampling import Sampler
 from lookahead.core.text import TextStream
 from lookahead.core.tokens import TokenArray
@@ -137,16 +138,6 @@ class StepInfo:
     verify_s: float = 0.0
 
 
-def own_controller(shared: Controller) -> Controller:
-    """A controller for one request in a batch: the shared acceptance statistics (what is
-    learned carries over between requests, as with one request at a time) but its own
-    shadow scorer and decision state, and a private cost model: a request's own share of a
-    batch says nothing about t(n), which the batch observes once for its whole size."""
-    ctl = Controller(shared.config, CostModel(shared.cost.measured or None))
-    ctl.stats = shared.stats
-    return ctl
-
-
 class Batch:
     """The requests generating together and the loop that steps them.
 
@@ -155,6 +146,9 @@ class Batch:
     `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
     whole batch); `budget` the most draft nodes per step. `after_verify(size, seconds)`, if
     set, is told every batched verify (the thread governor, `lookahead.tuning.threads.BatchThreads`).
+    With `isolate` set (a service), an exception while one request drafts ends that request
+    alone: it is cancelled and listed in `failed` (read and cleared by the caller), and the
+    step goes on for the others; otherwise it propagates, as every other error of a step.
     """
 
     def __init__(
@@ -178,6 +172,8 @@ class Batch:
         self.active: list[Request] = []
         self.last = StepInfo()
         self.after_verify: Callable[[int, float], None] | None = None
+        self.isolate = False
+        self.failed: list[tuple[Request, Exception]] = []
         self._ids = itertools.count()
 
     @property
@@ -200,8 +196,8 @@ class Batch:
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
         check_prompt(prompt, self.verifier.slot_ctx)
-        if isinstance(policy, Controller):
-            policy = own_controller(policy)
+        if policy is not None:
+            policy = policy.for_batch()
         req = Request(
             id=next(self._ids),
             prompt=[int(t) for t in prompt],
@@ -280,22 +276,36 @@ class Batch:
         draft = req.drafter.propose(policy.budget, depth, policy.branches)
         return fit_draft(draft, v.max_branches, depth, room)
 
+    def _drafts(self, ready: list[Request], nodes: int) -> tuple[list[Draft], list[Offer]]:
+        """Each ready request's draft and offer; with `isolate`, a request whose drafting
+        raises is cancelled, listed in `failed` and removed from `ready`."""
+        drafts: list[Draft] = []
+        offers: list[Offer] = []
+        for req in list(ready):
+            try:
+                draft = self._propose(req, nodes)
+                offer = self._offer(req, draft)
+            except Exception as exc:
+                if not self.isolate:
+                    raise
+                ready.remove(req)
+                self.cancel(req)
+                self.failed.append((req, exc))
+                continue
+            drafts.append(draft)
+            offers.append(offer)
+        return drafts, offers
+
     def _offer(self, req: Request, draft: Draft) -> Offer:
-        policy = req.policy
-        if isinstance(policy, Controller):
-            policy.choose(draft)  # its shadow scoring and decision state, as alone
-            n = policy.limit(draft)
-            gains = np.diff(policy.expected_tokens(draft, n))
-            return Offer(gains)
-        n = policy.choose(draft)
-        return Offer(np.ones(n), forced=n)
+        return req.policy.offer(draft)
 
     def _verify(self, ready: list[Request], info: StepInfo) -> list[tuple[Request, Event]]:
         v = self.verifier
         t0 = self.clock()
         nodes = min(self.budget, v.n_batch - len(ready))
-        drafts = [self._propose(r, nodes) for r in ready]
-        offers = [self._offer(r, d) for r, d in zip(ready, drafts, strict=True)]
+        drafts, offers = self._drafts(ready, nodes)
+        if not ready:
+            return []
         counts = allocate(offers, self.cost, nodes, self.min_gain, self.per_request)
         drafts = [d.prefix(n) for d, n in zip(drafts, counts, strict=True)]
         t1 = self.clock()

@@ -17,10 +17,12 @@ import numpy.typing as npt
 
 from lookahead.errors import ConfigError
 
+GREEDY_BELOW = 1e-5  # temperatures below this sample as greedy (argmax)
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    temperature: float = 0.0  # 0 = greedy (argmax); > 0 = sample
+    temperature: float = 0.0  # 0 (or below GREEDY_BELOW) = greedy (argmax); > 0 = sample
     top_k: int = 40  # keep the k most likely tokens (0 = all)
     top_p: float = 1.0  # keep the smallest set whose probability reaches top_p, in (0, 1]
     min_p: float = 0.0  # drop tokens below min_p * (probability of the best token)
@@ -46,7 +48,9 @@ class SamplingConfig:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        # a tiny temperature is greedy: dividing logits by 1e-310 overflows to inf and the
+        # draw would then pick nonsense, where the intent (and the limit) is the argmax
+        return self.temperature < GREEDY_BELOW
 
 
 def penalize(logits: npt.NDArray[np.float32], recent: Sequence[int], penalty: float) -> npt.NDArray[np.float32]:

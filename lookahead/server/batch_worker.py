@@ -6,16 +6,14 @@ multi-slot context (`lookahead.backend.slots`): between two steps it takes waiti
 into free slots (their prefill goes in chunks, so running requests keep writing) and drops
 cancelled ones, whose cells are freed at once. The node budget of each step is shared by
 the requests (`lookahead.core.allocate`: ranked by expected accepted tokens, each capped at a
-fair share). A failed step fails the requests in it, never the thread.
+fair share). A failed step fails the requests in it, never the thread. The queue, the
+shutdown and the guarded `on_done` are `jobs.WorkerBase`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
-from collections import deque
 
 from lookahead.api import Model
 from lookahead.backend.slots import LlamaSlots
@@ -23,69 +21,33 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
 from lookahead.core.multi import Request
 from lookahead.errors import LookaheadError
+from lookahead.server.jobs import END, Job, WorkerBase
 from lookahead.server.metrics import Metrics
-from lookahead.server.worker import END, Job, QueueFull, ShuttingDown
 
 log = logging.getLogger("lookahead.server")
 
 
-class BatchWorker:
+class BatchWorker(WorkerBase):
     def __init__(
         self, model: Model, metrics: Metrics, max_queue: int, parallel: int, draft: DraftConfig | None = None
     ) -> None:
+        super().__init__(metrics, max_queue, capacity=parallel)
         self.model = model
-        self.metrics = metrics
-        self.max_queue = max_queue
         self.parallel = parallel
         self.slots = LlamaSlots(model.backend, parallel)
         self.n_ctx = self.slots.slot_ctx  # what one request may use
         # a busy machine: fewer threads while faster (the batch's own thread governor)
         self.batch = model.new_batch(self.slots, draft or DraftConfig())
+        self.batch.isolate = True  # one request's drafting bug fails that request only
         self._req_of: dict[int, Request] = {}  # id(job) -> its request
-        self._waiting: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}  # request id -> its job, while it runs
-        self._cv = threading.Condition()
-        self._closing = False
-        self._mean_s = 5.0  # running mean of a generation's seconds, for Retry-After
         self._started: dict[int, float] = {}
-        metrics.slots.set(parallel)
-        self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job) -> None:
-        with self._cv:
-            if self._closing:
-                raise ShuttingDown
-            free = self.parallel - len(self._jobs)
-            if len(self._waiting) >= self.max_queue + max(0, free):
-                ahead = len(self._waiting) + len(self._jobs)
-                raise QueueFull(max(1, math.ceil(self._mean_s * ahead / self.parallel)))
-            self._waiting.append(job)
-            self.metrics.queue_depth.set(len(self._waiting))
-            self._cv.notify()
+    def _running_jobs(self) -> list[Job]:
+        return list(self._jobs.values())
 
-    @property
-    def busy(self) -> bool:
-        with self._cv:
-            return bool(self._jobs) or bool(self._waiting)
-
-    def close(self, timeout: float) -> None:
-        """Stop taking work; the waiting jobs end at once, the running ones get `timeout`."""
-        with self._cv:
-            self._closing = True
-            waiting = list(self._waiting)
-            self._waiting.clear()
-            self._cv.notify_all()
-        for job in waiting:
-            job.emit(ShuttingDown())
-            job.emit(END)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            with self._cv:
-                running = list(self._jobs.values())
-            for job in running:
-                job.cancel()
-            self._thread.join(timeout=30)
+    def _after_close(self) -> None:
         self.slots.close()
 
     # ---- the thread ---------------------------------------------------------------------
@@ -156,8 +118,7 @@ class BatchWorker:
         with self._cv:
             job = self._jobs.pop(rid)
         self._req_of.pop(id(job), None)
-        seconds = time.perf_counter() - self._started.pop(rid, time.perf_counter())
-        self._mean_s += 0.2 * (seconds - self._mean_s)
+        self._took(time.perf_counter() - self._started.pop(rid, time.perf_counter()))
         job.emit(END)
 
     def _step(self) -> None:
@@ -173,6 +134,13 @@ class BatchWorker:
             self.slots.reset()
             self._gauges()
             return
+        for req, error in self.batch.failed:  # already cancelled by the batch
+            log.error("drafting failed for one request", exc_info=error)
+            failed = self._jobs.get(req.id)
+            if failed is not None:
+                failed.emit(error)
+                self._end(req.id)
+        self.batch.failed.clear()
         info = self.batch.last
         m = self.metrics
         if info.requests:
@@ -186,10 +154,5 @@ class BatchWorker:
             job = running
             job.emit(event)
             if isinstance(event, Done):
-                m.finished(len(job.tokens), event.result.stats)
-                if job.on_done is not None:
-                    try:
-                        job.on_done(job, event.result)
-                    except Exception:  # a bug in remembering: the answer stands
-                        log.exception("on_done failed")
+                self._done(job, event.result)
                 self._end(req.id)

@@ -1,13 +1,21 @@
-"""OpenAI-style error bodies: `{"error": {"message", "type", "param", "code"}}`."""
+"""OpenAI-style error bodies: `{"error": {"message", "type", "param", "code"}}`.
+
+Every error a request can meet answers in this shape, a bug included: the catch-all handler
+turns any other exception into a 500 in OpenAI's shape (the details go to the server log
+only) and counts it in /metrics.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("lookahead.server")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -85,6 +93,12 @@ def install(app: FastAPI, on_error: Any = None) -> None:
         count("invalid_request_error")
         message, param = _validation_message(exc)
         return JSONResponse(error_body(400, message, param), 400)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error answering %s %s", request.method, request.url.path, exc_info=exc)
+        count("server_error")
+        return JSONResponse(error_body(500, "internal error (see the server log)"), 500)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

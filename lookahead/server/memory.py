@@ -2,23 +2,25 @@
 
 Like suffix decoding's global tree: a later request that repeats an earlier one's text
 (the same report template with new data, another edit of the same file) drafts it from
-here. One partition per API key (by a hash of the key, never the key itself), so one
-client's text never drafts into another's. Each partition keeps its most recent requests
-within `max_tokens` and `max_requests` (the oldest are evicted) and serves them through
-a corpus index (`CorpusIndex`, read-only tables that every request reads through its own
-`fresh()` stream, tagged SOURCE_SHARED so the controller calibrates it on its own).
+here. One partition per API key (a keyed hash of the key, never the key itself; the secret
+is this server's, kept beside the index file), so one client's text never drafts into
+another's. Each partition keeps its most recent requests within `max_tokens` and
+`max_requests` (the oldest are evicted) and serves them through a corpus index
+(`CorpusIndex`, read-only tables that every request reads through its own `fresh()`
+stream, tagged SOURCE_SHARED so the controller calibrates it on its own).
 
 Tables are rebuilt after each request on a background thread (about 0.2 s per 20k tokens)
 and swapped in whole, so a request never waits for them and never sees half of them.
-With `path`, the documents are saved there (atomically: a temporary file, then a rename)
-and loaded at start; a file that does not parse, or was written for another tokenizer, is
-set aside and the memory starts empty.
+With `path`, the documents are saved there (atomically: a temporary file, then a rename;
+readable by its owner only) and loaded at start; a file that does not parse, or was
+written for another tokenizer, is set aside and the memory starts empty.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -41,9 +43,38 @@ FORMAT = "lookahead-shared-index-v1"
 PARAMS = CorpusParams(escape=4.0)
 
 
-def partition_of(api_key: str | None) -> str:
-    """The partition name of a key: a short hash, so keys never reach memory or disk."""
-    return hashlib.sha256((api_key or "").encode()).hexdigest()[:16]
+SECRET_BYTES = 32
+
+
+def partition_of(api_key: str | None, secret: bytes = b"") -> str:
+    """The partition name of a key: a keyed hash (HMAC-SHA-256 with the server's secret), so
+    keys never reach memory or disk and names cannot be tested against guessed keys."""
+    return hmac.new(secret, (api_key or "").encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write `path` readable by its owner only (0600), whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(data)
+
+
+def load_secret(path: Path | None) -> bytes:
+    """The server's partition secret: kept in `path` (made on first use, 0600) so names stay
+    stable across restarts with an index file; a fresh one per process without."""
+    secret = os.urandom(SECRET_BYTES)
+    if path is None:
+        return secret
+    try:
+        kept = path.read_bytes() if path.exists() else b""
+        if len(kept) >= SECRET_BYTES:
+            return kept
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_private(path, secret)
+    except OSError as exc:
+        log.warning("partition secret %s not usable (%s): saved partitions will not match", path, exc)
+    return secret
 
 
 @dataclass
@@ -72,6 +103,7 @@ class SharedIndex:
         self.max_tokens = max_tokens
         self.max_requests = max_requests
         self.path = path
+        self._secret = load_secret(path.with_name(path.name + ".secret") if path is not None else None)
         self._parts: dict[str, _Partition] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -83,6 +115,10 @@ class SharedIndex:
         self._thread.start()
 
     # ---- what requests use ------------------------------------------------------------
+    def partition(self, api_key: str | None) -> str:
+        """The partition of a caller's key (None: no key configured)."""
+        return partition_of(api_key, self._secret)
+
     def source(self, partition: str) -> CorpusIndex | None:
         """A fresh draft stream over the partition's current tables (None while it has none)."""
         with self._lock:
@@ -169,7 +205,7 @@ class SharedIndex:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data), encoding="utf-8")
+            _write_private(tmp, json.dumps(data).encode("utf-8"))
             os.replace(tmp, self.path)
         except OSError as exc:
             log.warning("could not save the shared index to %s: %s", self.path, exc)

@@ -2,119 +2,40 @@
 
 The engine is a plain (blocking) generator; it runs on this thread, and each event goes
 to the request's asyncio queue through `call_soon_threadsafe`. A request that goes away
-sets `cancelled`: the thread notices between two verify steps, closes the generator and
-clears the KV cache, so the next request starts within one step. A failure in one
-generation is that request's error, never the thread's end.
+sets `cancelled`: the thread notices between two verify steps, or between two chunks of its
+prompt's prefill (`n_batch` tokens each), closes the generator and clears the KV cache, so
+the next request starts within one step or one chunk. A failure in one
+generation is that request's error, never the thread's end. The queue, the shutdown and
+the guarded `on_done` are `jobs.WorkerBase`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator
 
 from lookahead.api import Model
-from lookahead.core.draft_state import DraftConfig
-from lookahead.core.engine import Done, Event, Result
-from lookahead.core.sampling import SamplingConfig
-from lookahead.errors import LookaheadError
-from lookahead.index.base import DraftSource
+from lookahead.core.engine import Done, Event
+from lookahead.errors import Interrupted, LookaheadError
+from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
+
+__all__ = ["END", "Job", "QueueFull", "ShuttingDown", "Worker"]
 
 log = logging.getLogger("lookahead.server")
 
-END = object()  # the last item of every job's event queue
 
-
-class QueueFull(Exception):
-    def __init__(self, retry_after: int) -> None:
-        super().__init__("too many requests waiting")
-        self.retry_after = retry_after
-
-
-class ShuttingDown(Exception):
-    pass
-
-
-@dataclass
-class Job:
-    """One request's generation: its inputs, and the queue its events arrive on."""
-
-    tokens: list[int]
-    max_tokens: int
-    stop: tuple[str, ...]
-    sampling: SamplingConfig
-    draft: DraftConfig
-    sources: Sequence[DraftSource]
-    loop: asyncio.AbstractEventLoop
-    on_done: Callable[[Job, Result], None] | None = None
-    events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-    def emit(self, item: object) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.cancelled.set()
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-
-class Worker:
+class Worker(WorkerBase):
     def __init__(self, model: Model, metrics: Metrics, max_queue: int) -> None:
+        super().__init__(metrics, max_queue, capacity=1)
         self.model = model
-        self.metrics = metrics
-        self.max_queue = max_queue
-        self._waiting: deque[Job] = deque()
-        self._cv = threading.Condition()
         self._running: Job | None = None
-        self._closing = False
-        self._mean_s = 5.0  # running mean of a generation's seconds, for Retry-After
         self.n_ctx = model.backend.n_ctx  # what one request may use
-        metrics.slots.set(1)
-        self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job) -> None:
-        with self._cv:
-            if self._closing:
-                raise ShuttingDown
-            # an idle model takes the next job at once: it does not count as waiting
-            if len(self._waiting) >= self.max_queue + (self._running is None):
-                ahead = len(self._waiting) + (self._running is not None)
-                raise QueueFull(max(1, math.ceil(self._mean_s * ahead)))
-            self._waiting.append(job)
-            self.metrics.queue_depth.set(len(self._waiting))
-            self._cv.notify()
-
-    @property
-    def busy(self) -> bool:
-        with self._cv:
-            return self._running is not None or bool(self._waiting)
-
-    def close(self, timeout: float) -> None:
-        """Stop taking work; the waiting jobs end at once, the running one gets `timeout`."""
-        with self._cv:
-            self._closing = True
-            waiting = list(self._waiting)
-            self._waiting.clear()
-            self._cv.notify_all()
-        for job in waiting:
-            job.emit(ShuttingDown())
-            job.emit(END)
-        self._thread.join(timeout)
-        with self._cv:
-            running = self._running
-        if running is not None:
-            running.cancel()
-            self._thread.join(timeout=30)
+    def _running_jobs(self) -> list[Job]:
+        return [self._running] if self._running is not None else []
 
     # ---- the thread ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -137,6 +58,8 @@ class Worker:
         t0 = time.perf_counter()
         self.metrics.running.set(1)
         events: Iterator[Event] | None = None
+        backend = self.model.backend
+        backend.interrupt = job.cancelled.is_set  # a long prompt's prefill stops when its client leaves
         try:
             events = self.model.stream(
                 "",
@@ -153,9 +76,9 @@ class Worker:
                     break
                 job.emit(event)
                 if isinstance(event, Done):
-                    self.metrics.finished(len(job.tokens), event.result.stats)
-                    if job.on_done is not None:
-                        job.on_done(job, event.result)
+                    self._done(job, event.result)
+        except Interrupted:
+            self.metrics.cancelled.inc()
         except LookaheadError as exc:
             job.emit(exc)
         except Exception as exc:  # a bug: this request fails, the service goes on
@@ -165,7 +88,7 @@ class Worker:
             close = getattr(events, "close", None)  # a generator: end it where it stopped
             if close is not None:
                 close()
-            self.model.backend.reset()  # free every KV cell, parked ones too
+            backend.interrupt = None
+            backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
-            seconds = time.perf_counter() - t0
-            self._mean_s += 0.2 * (seconds - self._mean_s)
+            self._took(time.perf_counter() - t0)

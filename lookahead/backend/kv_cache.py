@@ -1,0 +1,261 @@
+"""The KV cache manager: one generation's cells in a llama.cpp context, written once.
+
+A `KVSlot` owns a range of sequence ids in a context: B branch ids (`ids`, one per leaf of
+a draft tree) and one more (`park`) that no batch ever carries. It fills its part of a batch
+(prefill chunks, a verify's root and tree), keeps the committed cells after a verify (the
+park rule below), and remembers which tokens its committed cells hold (`cache_tokens`), so
+a new prompt that shares a prefix with them decodes only the rest (the prompt cache).
+`LlamaBackend` is one slot over a whole context; `LlamaSlots` is several in one context.
+
+Pure numpy: the llama.cpp calls it needs are the four of `KVOps` (llama.py's `KVContext`
+implements them), so its rules are tested without a model.
+
+Tree batch layout (each node is one batch entry at position n_past + depth; every branch,
+root to leaf, is one sequence id):
+
+     depth:        0        1        2        3
+     tokens:     [root] ── [a] ──── [b] ──── [c]        leaf c  -> seq 0
+                      └─── [a'] ─── [d]                 leaf d  -> seq 1
+     entries:    root{0..S-1}  a{0}  b{0}  c{0}  a'{1}  d{1}
+
+Entries go in depth-first preorder (children best-first) and leaves are numbered left to
+right, so the leaves below any node are a range of seq ids (`tree_layout.TreeLayout`).
+
+llama.cpp builds the attention mask from the FIRST seq id of each entry and the cells that
+carry it, so every branch id must see the whole committed prefix. Invariant between steps:
+every committed cell carries all B branch ids; the only other cells are "parked" ones, which
+carry just the park id, so nobody attends to them. The root carries all B ids (the batch
+validator wants coupled sequences to stay equal).
+
+The park rule (what makes `--exact` true). Why park instead of free: llama.cpp's CPU flash
+attention (which makes batched logits bit-identical to one-token decoding) sums the live
+cells in cache order, and a freed cell before a live one is refilled by a later token,
+changing that order and moving logits by up to ~0.6. Cells are taken in batch order, so with
+the preorder layout, for an accepted path ending at x (leaves below x = [lo, hi], keep = lo):
+  1. branches left of x (seq < lo) lie before x: park their cells below the accepted path
+     (cp to park, rm);
+  2. every other branch (seq > lo) lies after x: free its cells; keep's cells deeper
+     than x too;
+  3. copy keep's accepted cells to every other branch id.
+Nothing is recomputed: the accepted cells hold exactly the K/V that one-by-one decoding
+would have produced. Parked cells cost capacity (`n_used`) until the slot is cleared; with
+best-first children the accepted path is usually leftmost and parks nothing.
+
+The prompt cache keeps that order: it frees the committed cells past the common prefix,
+which all lie after the kept ones, and keeps parked cells (freeing a parked cell could open
+a hole before a live one), so a new tail goes after the kept prefix as a cold start's would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from lookahead.backend.tree_layout import TreeLayout
+from lookahead.core.draft import Draft
+from lookahead.core.tokens import TokenArray
+from lookahead.errors import BackendError
+
+
+class KVOps(Protocol):
+    """The llama.cpp memory calls a slot needs (`llama_memory_seq_*`)."""
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        """Free the cells of `seq` at positions [p0, p1) (-1: open end; seq -1: every id)."""
+        ...
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Add `dst` to the cells of `src` at positions [p0, p1)."""
+        ...
+
+    def seq_pos_max(self, seq: int) -> int:
+        """The last position `seq` holds a cell at, -1 if none."""
+        ...
+
+
+class BatchArrays:
+    """The arrays of one llama_batch as numpy buffers (llama.py points a llama_batch at them).
+
+    Entry e decodes `token[e]` at `pos[e]` for the sequence ids `seq[e, :n_seq_id[e]]`,
+    with logits when `logits[e]`.
+    """
+
+    def __init__(self, capacity: int, n_seq: int) -> None:
+        self.capacity = capacity
+        self.n_seq = n_seq
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq = np.zeros((capacity, n_seq), dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x = np.asarray(a[:n], dtype=np.int64)
+    y = np.asarray(b[:n], dtype=np.int64)
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if len(diff) else n
+
+
+class KVSlot:
+    """One generation's cells: branch ids base..base+B-1, park id base+B, at most
+    `capacity` cells (committed and parked).
+
+    State: `n_past` committed tokens (`cache_tokens`, their ids in position order), each
+    cell carrying every branch id; `parked` masked cells. A verify's root is not committed
+    until `commit`.
+    """
+
+    def __init__(self, kv: KVOps, base: int, branches: int, capacity: int) -> None:
+        self.kv = kv
+        self.base = base
+        self.branches = branches
+        self.park = base + branches
+        self.ids = np.arange(base, base + branches, dtype=np.int32)
+        self.capacity = capacity
+        self.n_past = 0
+        self.parked = 0
+        self.cache_tokens: list[int] = []  # the tokens of the committed cells, in order
+        self.layout: TreeLayout | None = None  # the last verify's tree (None: root alone)
+        self.root = 0  # the last verify's root
+
+    @property
+    def n_used(self) -> int:
+        """Cells this slot holds: committed plus parked."""
+        return self.n_past + self.parked
+
+    # ---- lifetime -----------------------------------------------------------------------
+    def forget(self) -> None:
+        """Empty the bookkeeping (the caller freed the cells, e.g. by clearing the context)."""
+        self.n_past = self.parked = 0
+        self.cache_tokens = []
+        self.layout = None
+
+    def clear(self) -> None:
+        """Free every cell of the slot's ids (committed, draft and parked)."""
+        for seq in [*self.ids.tolist(), self.park]:
+            self.kv.seq_rm(int(seq), -1, -1)
+        self.forget()
+
+    def holds_cells(self) -> bool:
+        """Whether llama.cpp still holds a cell of any of the slot's ids."""
+        return any(self.kv.seq_pos_max(int(q)) >= 0 for q in [*self.ids.tolist(), self.park])
+
+    def truncate(self, n_past: int) -> None:
+        """Keep only the first `n_past` committed tokens; parked cells go too (self-tests)."""
+        for seq in [*self.ids.tolist(), self.park]:
+            self.kv.seq_rm(int(seq), n_past, -1)
+        self.n_past = n_past
+        self.parked = 0
+        del self.cache_tokens[n_past:]
+        self.layout = None
+
+    # ---- the prompt cache -----------------------------------------------------------------
+    def reuse(self, tokens: Sequence[int]) -> int:
+        """Keep the committed cells of the longest common prefix of `cache_tokens` and
+        `tokens`, free the rest; returns how many were kept (0: the slot is now empty).
+
+        Parked cells stay (see the module docstring); a slot whose parked cells outnumber
+        the kept prefix, or that could not fit `tokens` beside them, starts cold instead.
+        """
+        k = common_prefix(self.cache_tokens, tokens)
+        if k == 0 or self.parked > k or self.parked + len(tokens) + 1 > self.capacity:
+            self.clear()
+            return 0
+        if k < self.n_past:
+            for seq in self.ids.tolist():
+                self.kv.seq_rm(int(seq), k, -1)
+            self.n_past = k
+            del self.cache_tokens[k:]
+        self.layout = None
+        return k
+
+    # ---- filling a batch ------------------------------------------------------------------
+    def put_prefill(self, batch: BatchArrays, e: int, tokens: TokenArray) -> int:
+        """Entries e.. decode `tokens` after the committed prefix (first branch id only, no
+        logits); returns the next free entry. Call `prefilled` once the batch is decoded."""
+        n = len(tokens)
+        if self.n_used + n + 1 > self.capacity:
+            raise BackendError(f"{self.n_past + n} tokens do not fit a context of {self.capacity}")
+        batch.token[e : e + n] = tokens
+        batch.pos[e : e + n] = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
+        batch.n_seq_id[e : e + n] = 1
+        batch.seq[e : e + n, 0] = self.base
+        batch.logits[e : e + n] = 0
+        return e + n
+
+    def prefilled(self, tokens: TokenArray) -> None:
+        """`tokens` (put by `put_prefill`) are decoded: every branch id shares them."""
+        for seq in self.ids[1:].tolist():
+            self.kv.seq_cp(self.base, int(seq), self.n_past, -1)
+        self.n_past += len(tokens)
+        self.cache_tokens.extend(int(t) for t in tokens)
+
+    def put_verify(self, batch: BatchArrays, e: int, root: int, draft: Draft) -> np.ndarray:
+        """Entries e.. decode `root` and every node of `draft` (with logits); returns the
+        batch entry of each logits row (row 0 the root, row i + 1 node i)."""
+        n = len(draft) + 1
+        if self.n_used + n > self.capacity:
+            raise BackendError("the draft does not fit in the context")
+        b = self.branches
+        batch.token[e] = root
+        batch.pos[e] = self.n_past
+        batch.n_seq_id[e] = b
+        batch.seq[e, :b] = self.ids
+        batch.logits[e : e + n] = 1
+        self.root = int(root)
+        if not len(draft):
+            self.layout = None
+            return np.array([e], dtype=np.int32)
+        layout = self.layout = TreeLayout(draft, b)
+        for i, node in enumerate(layout.order, start=e + 1):
+            lo, hi = layout.leaf_range[node]
+            batch.token[i] = layout.tokens[node]
+            batch.pos[i] = self.n_past + layout.depth[node]
+            batch.n_seq_id[i] = hi - lo + 1
+            batch.seq[i, : hi - lo + 1] = np.arange(self.base + lo, self.base + hi + 1, dtype=np.int32)
+        return layout.rows + e
+
+    # ---- after a verify -------------------------------------------------------------------
+    def commit(self, draft: Draft, accepted: list[int]) -> None:
+        """Keep the root and the accepted node path (root-to-leaf order) by the park rule."""
+        kv = self.kv
+        base = self.n_past  # the root's position
+        m = len(accepted)
+        layout = self.layout
+        if layout is None:
+            pass
+        elif m == 0:
+            # every draft cell sits after the root's: freeing them leaves no hole. Remove by
+            # branch id, never with -1, which would also free parked cells past the root.
+            for leaf in range(layout.n_leaves):
+                kv.seq_rm(self.base + leaf, base + 1, -1)
+        else:
+            x = accepted[-1]
+            lo, _ = layout.leaf_range[x]
+            keep = self.base + lo
+            ranges = [layout.leaf_range[i] for i in accepted]
+            for leaf in range(layout.n_leaves):
+                seq = self.base + leaf
+                if leaf < lo:  # before x in the cache: park, never leave a hole
+                    # only below the deepest accepted node on its branch: the accepted
+                    # cells it shares stay live (and carry no park id)
+                    shared = sum(1 for a, b in ranges if a <= leaf <= b)
+                    kv.seq_cp(seq, self.park, base + shared + 1, -1)
+                if seq != keep:
+                    kv.seq_rm(seq, base + 1, -1)
+            kv.seq_rm(keep, base + m + 1, -1)  # x's own descendants lie after x
+            for seq in self.ids.tolist():  # the accepted cells are every branch's again
+                if seq != keep:
+                    kv.seq_cp(keep, int(seq), base + 1, base + m + 1)
+            self.parked += layout.parked_before(x, m)
+        self.layout = None
+        self.n_past = base + m + 1
+        self.cache_tokens.append(self.root)
+        self.cache_tokens.extend(int(draft.tokens[i]) for i in accepted)

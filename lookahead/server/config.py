@@ -1,0 +1,45 @@
+"""How the service runs: one frozen configuration, built once at the edge (`lookahead serve`, tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lookahead.core.draft_state import DraftConfig
+from lookahead.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How the service runs. Built once at the edge (`lookahead serve`, tests)."""
+
+    model_id: str  # the name clients see in /v1/models and may send as `model`
+    api_keys: tuple[str, ...] = ()  # empty: no authentication
+    max_queue: int = 16  # requests waiting beyond the running one; then 429
+    shared_index: bool = True  # draft from earlier requests with the same key (see index_scope)
+    # whose earlier requests a request drafts from: "key" = the same API key's, "none" = no
+    # memory across requests. None: "key" when keys are configured, else "none", since
+    # without keys every client would share one memory, and a response's accepted count
+    # would tell one client what another recently sent.
+    index_scope: str | None = None
+    index_file: Path | None = None  # persist the shared index here
+    index_max_tokens: int = 65536  # per key
+    index_max_requests: int = 256  # per key
+    max_body_bytes: int = 8 << 20  # larger request bodies get 413
+    draft: DraftConfig = field(default_factory=DraftConfig)  # per-request defaults
+    shutdown_timeout: float = 10.0  # seconds the running request gets to finish on shutdown
+    calibrate: bool = True  # measure the verify cost at start, not on the first request
+    # requests decoded together in one batch per step; 1 = one at a time (the serial
+    # worker), 0 = what pays on this machine (`lookahead.core.multi.default_parallel`)
+    parallel: int = 1
+    metrics_key: str | None = None  # the key /metrics asks for; None: any API key (open when there is none)
+
+    def __post_init__(self) -> None:
+        if self.index_scope not in (None, "key", "none"):
+            raise ConfigError(f"index_scope must be 'key' or 'none', got {self.index_scope!r}")
+
+    @property
+    def remembers(self) -> bool:
+        """Whether requests draft from earlier requests (of the same key)."""
+        scope = self.index_scope or ("key" if self.api_keys else "none")
+        return self.shared_index and scope == "key"

@@ -1,0 +1,157 @@
+"""One request's generation as the workers see it (`Job`), and the queue both workers share.
+
+`WorkerBase` keeps what the serial worker (`worker.py`) and the batched one
+(`batch_worker.py`) have in common, so it is written once: the waiting line in arrival order
+with its 429 and Retry-After, the shutdown (waiting jobs end at once, running ones get a
+grace period), and what happens when a generation is done (metrics, then `on_done`, whose
+failure is logged and never turns a finished answer into an error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Result
+from lookahead.core.sampling import SamplingConfig
+from lookahead.index.base import DraftSource
+from lookahead.server.metrics import Metrics
+
+log = logging.getLogger("lookahead.server")
+
+END = object()  # the last item of every job's event queue
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("too many requests waiting")
+        self.retry_after = retry_after
+
+
+class ShuttingDown(Exception):
+    pass
+
+
+@dataclass
+class Job:
+    """One request's generation: its inputs, and the queue its events arrive on."""
+
+    tokens: list[int]
+    max_tokens: int
+    stop: tuple[str, ...]
+    sampling: SamplingConfig
+    draft: DraftConfig
+    sources: Sequence[DraftSource]
+    loop: asyncio.AbstractEventLoop
+    on_done: Callable[[Job, Result], None] | None = None
+    predicted: list[int] | None = None  # the request's Predicted Output, tokenized once
+    events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def emit(self, item: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancelled.set()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class WorkerBase:
+    """The waiting line and the shutdown of a worker that generates up to `capacity` jobs at once.
+
+    A subclass runs `_run` on its thread and says which jobs are running (`_running_jobs`,
+    called with `_cv` held); it takes jobs from `_waiting` under `_cv`.
+    """
+
+    def __init__(self, metrics: Metrics, max_queue: int, capacity: int) -> None:
+        self.metrics = metrics
+        self.max_queue = max_queue
+        self.capacity = capacity
+        self._waiting: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self._mean_s = 5.0  # running mean of a generation's seconds, for Retry-After
+        metrics.slots.set(capacity)
+        self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
+
+    # ---- what a subclass provides -------------------------------------------------------
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _running_jobs(self) -> list[Job]:
+        """The jobs generating now (called with `_cv` held)."""
+        raise NotImplementedError
+
+    def _after_close(self) -> None:
+        """Free what the worker holds once its thread has ended (or given up)."""
+
+    # ---- the queue ----------------------------------------------------------------------
+    def check_room(self) -> None:
+        """Raise QueueFull or ShuttingDown if a job submitted now would be refused, so a
+        request is turned away before its costly parts (a prediction's index) are built."""
+        with self._cv:
+            self._check_room()
+
+    def _check_room(self) -> None:
+        if self._closing:
+            raise ShuttingDown
+        running = len(self._running_jobs())
+        # an idle slot takes the next job at once: it does not count as waiting
+        if len(self._waiting) >= self.max_queue + max(0, self.capacity - running):
+            ahead = len(self._waiting) + running
+            raise QueueFull(max(1, math.ceil(self._mean_s * ahead / self.capacity)))
+
+    def submit(self, job: Job) -> None:
+        with self._cv:
+            self._check_room()
+            self._waiting.append(job)
+            self.metrics.queue_depth.set(len(self._waiting))
+            self._cv.notify()
+
+    @property
+    def busy(self) -> bool:
+        with self._cv:
+            return bool(self._running_jobs()) or bool(self._waiting)
+
+    def close(self, timeout: float) -> None:
+        """Stop taking work; the waiting jobs end at once, the running ones get `timeout`."""
+        with self._cv:
+            self._closing = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            self._cv.notify_all()
+        for job in waiting:
+            job.emit(ShuttingDown())
+            job.emit(END)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            with self._cv:
+                running = self._running_jobs()
+            for job in running:
+                job.cancel()
+            self._thread.join(timeout=30)
+        self._after_close()
+
+    # ---- shared by both threads ---------------------------------------------------------
+    def _done(self, job: Job, result: Result) -> None:
+        """A generation finished: count it, then remember it (a failure there is logged; the
+        answer, already sent, stands)."""
+        self.metrics.finished(len(job.tokens), result.stats)
+        if job.on_done is None:
+            return
+        try:
+            job.on_done(job, result)
+        except Exception:  # a bug in remembering: the answer stands
+            log.exception("on_done failed")
+
+    def _took(self, seconds: float) -> None:
+        self._mean_s += 0.2 * (seconds - self._mean_s)

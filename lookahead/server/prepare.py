@@ -1,0 +1,156 @@
+"""One request before it queues: check it against the model (400s for what cannot be served),
+tokenize it, and build its `Job` (sampling, drafting options, draft sources, what to
+remember when it is done).
+
+The queue is asked first (429 before any work), and a prediction longer than the context
+is refused before its index (some hundreds of bytes a token) is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from jinja2 import TemplateError
+
+from lookahead.api import Model
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Result
+from lookahead.core.sampling import SamplingConfig
+from lookahead.errors import LookaheadError, UserError
+from lookahead.index.base import DraftSource
+from lookahead.index.prediction import PredictionIndex
+from lookahead.server.errors import APIError
+from lookahead.server.jobs import Job, QueueFull, ShuttingDown
+from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
+from lookahead.server.service import Service
+
+
+@contextmanager
+def admission() -> Iterator[None]:
+    """The worker's refusals as the API's: 429 with Retry-After when the queue is full, 503
+    when shutting down."""
+    try:
+        yield
+    except QueueFull as exc:
+        raise APIError(
+            429, "too many requests waiting; retry later", headers={"Retry-After": str(exc.retry_after)}
+        ) from exc
+    except ShuttingDown as exc:
+        raise APIError(503, "the server is shutting down") from exc
+
+
+def prepare(
+    service: Service, body: _Common, chat: bool, caller: str | None, loop: asyncio.AbstractEventLoop
+) -> Job:
+    """Tokenize and check a request (APIError 400 for what cannot be served), build its job."""
+    model = service.model
+    config = service.config
+    worker = service.worker
+    assert model is not None and worker is not None
+    with admission():
+        worker.check_room()
+    if body.model and body.model != config.model_id:
+        raise APIError(
+            400,
+            f"the model {body.model!r} is not served here; this server serves {config.model_id!r}",
+            param="model",
+            code="model_not_found",
+        )
+    try:
+        if isinstance(body, ChatCompletionRequest):
+            tokens = model.prompt_tokens(body.as_messages(), chat=True)
+            wanted = body.limit()
+        else:
+            assert isinstance(body, CompletionRequest)
+            tokens = model.prompt_tokens(body.text())
+            wanted = body.max_tokens
+    except LookaheadError as exc:
+        raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
+    except (ValueError, TemplateError) as exc:  # the model's chat template refused the messages
+        raise APIError(400, f"the model's chat template refused these messages: {exc}", param="messages") from exc
+    n_ctx = worker.n_ctx  # one request's context (a slot's, with --parallel)
+    room = n_ctx - len(tokens) - 1
+    if room < 1:
+        raise APIError(
+            400,
+            f"the prompt has {len(tokens)} tokens, but the context holds {n_ctx}",
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
+    if wanted is not None and wanted > room:
+        raise APIError(
+            400,
+            f"max_tokens is {wanted}, but the context of {n_ctx} tokens leaves {room} after the "
+            f"prompt's {len(tokens)}",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    try:
+        sampling = SamplingConfig(temperature=body.temperature, top_p=body.top_p, top_k=0, seed=body.seed)
+        draft = draft_config(config.draft, body)
+    except UserError as exc:
+        raise APIError(400, str(exc), param="lookahead") from exc
+    if draft.exact and worker.capacity > 1:
+        # Refused rather than served through a one-slot path: serving it exactly would mean
+        # draining the batch (every other client waits for this one), and answering from the
+        # batch is not exact (neighbours' cells change the kernels' summation order).
+        raise APIError(
+            400,
+            "lookahead.exact needs a server started with --parallel 1: in a batch of requests the "
+            "output is not bit-identical to plain decoding",
+            param="lookahead.exact",
+        )
+    sources: list[DraftSource] = []
+    predicted = prediction_tokens(model, body, n_ctx)
+    if predicted:
+        sources.append(PredictionIndex(predicted))
+    memory = service.memory
+    partition = memory.partition(caller) if memory is not None else ""
+    if memory is not None:
+        shared = memory.source(partition)
+        if shared is not None:
+            sources.append(shared)
+
+    def remember(job: Job, result: Result) -> None:
+        if memory is not None:
+            memory.add(partition, [job.tokens + result.tokens])
+
+    return Job(
+        tokens=tokens,
+        max_tokens=wanted or room,
+        stop=body.stops(),
+        sampling=sampling,
+        draft=draft,
+        sources=sources,
+        loop=loop,
+        on_done=remember,
+        predicted=predicted,
+    )
+
+
+def draft_config(base: DraftConfig, body: _Common) -> DraftConfig:
+    """The server's drafting defaults with the request's `lookahead` options laid over them."""
+    opts = body.lookahead
+    if opts is None:
+        return base
+    changes = {k: v for k, v in opts.model_dump().items() if v is not None}
+    return replace(base, **changes)
+
+
+def prediction_tokens(model: Model, body: _Common, n_ctx: int) -> list[int] | None:
+    """The request's Predicted Output as tokens (None without one); 400 past the context,
+    as no output could repeat more of it."""
+    if body.prediction is None:
+        return None
+    tokens = model.backend.tokenize(body.prediction.text(), add_special=False)
+    if len(tokens) > n_ctx:
+        raise APIError(
+            400,
+            f"the prediction has {len(tokens)} tokens, but the context holds {n_ctx}",
+            param="prediction",
+            code="context_length_exceeded",
+        )
+    return tokens

@@ -1,0 +1,36 @@
+"""OpenAI's routes: `/v1/models`, `/v1/completions`, `/v1/chat/completions` (behind the key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from lookahead.server.deps import Caller, ServiceDep, ready
+from lookahead.server.respond import serve
+from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest
+
+router = APIRouter()
+
+
+@router.get("/v1/models")
+async def list_models(service: ServiceDep, caller: Caller) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": service.config.model_id, "object": "model", "created": 0, "owned_by": "lookahead"}],
+    }
+
+
+@router.post("/v1/completions", response_model=None)
+async def completions(
+    body: CompletionRequest, request: Request, caller: Caller
+) -> Response | dict[str, Any]:
+    return await serve(ready(request), body, request, caller, chat=False)
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request, caller: Caller
+) -> Response | dict[str, Any]:
+    return await serve(ready(request), body, request, caller, chat=True)

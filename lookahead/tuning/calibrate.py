@@ -1,0 +1,106 @@
+"""The verify cost curve t(n) of this machine: measured once per model, build, thread count
+and backend configuration, then read from a cache file.
+
+Measured on an empty cache: cells left by an earlier generation (a longer context, parked
+cells) would make every size look dearer, and the table is kept for good. Then measured
+again deeper in the cache, for the context slope (how much dearer a verify is per cell in
+use; see `CostModel`). The measurements behind the sizes are in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from lookahead.backend import probe
+from lookahead.backend.llama import LlamaBackend
+
+# Batch sizes t(n) is calibrated at: every size up to 20, where drafts mostly are, then a
+# sparser grid the controller interpolates. CPU matmul kernels work on blocks of columns,
+# so t(n) is a sawtooth at small n, which interpolating between even sizes priced wrong.
+COST_SIZES = (*range(1, 21), 24, 28, 32, 40, 48, 64)
+# Part of the cost cache key: bump it when the measurement changes, so old tables are
+# measured again (v2: more sizes, interleaved rounds; v3: the context slope too; v4: the
+# fastest round, not the median; v5: every size up to 20).
+COST_VERSION = "v5"
+# The context slope: t(n) measured again with this many cells in the cache (or half the
+# context, if smaller), at these sizes.
+SLOPE_DEPTH = 1024
+SLOPE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+COST_CACHE = "costs.json"  # in the cache root, beside the models folder
+
+
+def cost_key(b: LlamaBackend) -> str:
+    """The cache key of `b`'s curve: model file, thread count, CPU, backend configuration."""
+    machine = f"{b.n_threads}:{platform.machine()}:{platform.processor()}"
+    key = f"{COST_VERSION}:{b.path.name}:{b.path.stat().st_size}:{machine}"
+    if not b.config.repack:  # costs are per backend configuration
+        key += f":{probe.NO_EXTRA_BUFTS.name}"
+    return key
+
+
+def calibrated_costs(b: LlamaBackend, cache_root: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """t(n) on an empty cache and the context slope, from the cache file in `cache_root` or
+    measured now (and then cached, unless implausible). Leaves `b`'s cache empty when it
+    measures."""
+    path = cache_root / COST_CACHE
+    key = cost_key(b)
+    try:
+        entry = json.loads(path.read_text())[key]
+        costs = {int(n): float(t) for n, t in entry["costs"].items()}
+        slope = {int(n): float(t) for n, t in entry["slope"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        b.reset()
+        costs = b.measure_cost(COST_SIZES, repeats=4)
+        slope = measure_slope(b, costs)
+        if plausible(costs):  # one measured while something else ran is not kept
+            _store_costs(path, key, {"costs": costs, "slope": slope})
+    return costs, slope
+
+
+def measure_slope(b: LlamaBackend, costs: dict[int, float]) -> dict[int, float]:
+    """Extra fraction of t(n) per cached cell, per n: t(n) measured again with SLOPE_DEPTH
+    cells in the cache (or half the context), against `costs` (an empty cache). Empty when
+    the context is too small to tell; the cache is left empty."""
+    depth = min(SLOPE_DEPTH, b.n_ctx // 2)
+    sizes = [n for n in SLOPE_SIZES if n in costs and depth + n + 1 < b.n_ctx]
+    if depth < 256 or not sizes:
+        return {}
+    b.reset()
+    # any tokens do: attention's cost depends on how many cells there are, not what they hold
+    b.prefill(np.arange(depth, dtype=np.int32) % b.n_vocab)
+    deep = b.measure_cost(sizes, repeats=3)
+    b.reset()
+    return {n: max(0.0, deep[n] / costs[n] - 1.0) / depth for n in sizes if n in deep}
+
+
+def _store_costs(path: Path, key: str, entry: dict[str, dict[int, float]]) -> None:
+    """Add `entry` (the cost curve and its context slope) under `key` to the cost cache file,
+    atomically."""
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs the measurement next time
+
+
+def plausible(costs: dict[int, float]) -> bool:
+    """False for a cost curve no idle machine measures: a batch much cheaper than one token
+    (the one-token decodes were stalled by another process). Such a curve is used for this
+    process only, never cached."""
+    t1 = costs.get(1)
+    if not t1:
+        return False
+    return all(t >= 0.8 * t1 for n, t in costs.items() if n > 1)
