@@ -91,6 +91,11 @@ def test_the_wheel_alone_runs_the_cli_and_the_library(wheel: Path, tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     where, loads = proc.stdout.split()
     assert Path(where).is_relative_to(target) and loads == "True"
+    # without the serve extra (its packages made unimportable), the library and the CLI still load
+    serve = ["fastapi", "pydantic", "uvicorn", "sse_starlette", "starlette", "prometheus_client"]
+    blocked = f"import sys; sys.modules.update(dict.fromkeys({serve!r}))"
+    proc = run("-c", f"{blocked}; import lookahead.api, lookahead.cli.main; print(lookahead.api.load.__name__)")
+    assert proc.returncode == 0 and proc.stdout.strip() == "load", proc.stderr
     # the examples come out of the installed data files, with no checkout around
     proc = run("-m", "lookahead.cli.main", "examples", "ex")
     assert proc.returncode == 0, proc.stderr
