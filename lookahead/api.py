@@ -250,7 +250,7 @@ def check_prompt_fits(path: Path, prompt: str | Sequence[dict[str, str]], chat: 
     if n + 1 > limit:
         raise GenerationError(
             f"the prompt has {n} tokens, more than a context of {limit} allows: "
-            "shorten it or raise the context size (n_ctx, --n-ctx)"
+            "shorten it or raise the context size (n_ctx, --ctx-size)"
         )
     return n
 

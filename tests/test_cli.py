@@ -125,8 +125,8 @@ def truncated(tmp_path: Path, smol_path: Path) -> Path:
         (["--max-tokens", "0"], "--max-tokens"),
         (["--max-tokens", "-5"], "--max-tokens"),
         (["-n", "-1"], "--max-tokens"),
-        (["--temperature", "-1"], "temperature"),
-        (["--temperature", "nan"], "temperature"),
+        (["--temp", "-1"], "temperature"),
+        (["--temp", "nan"], "temperature"),
         (["--top-p", "0"], "top_p"),
         (["--top-p", "1.5"], "top_p"),
         (["--top-k", "-1"], "top_k"),
@@ -139,7 +139,7 @@ def truncated(tmp_path: Path, smol_path: Path) -> Path:
         (["--k-max", "0"], "k_max"),
         (["--k-max", "1000000000"], "k_max must be <= 256"),
         (["--k", "1000000000"], "k must be <= 256"),
-        (["--n-ctx", "-1"], "--n-ctx"),
+        (["--ctx-size", "-1"], "--ctx-size"),
         (["--threads", "-2"], "--threads"),
     ],
 )
@@ -177,7 +177,7 @@ def test_prompt_and_prompt_file(no_load: None, tmp_path: Path) -> None:
     "args",
     [
         ["--max-tokens", "abc"],
-        ["--temperature", "warm"],
+        ["--temp", "warm"],
         ["--top-p", "x"],
         ["--budget", "1.5"],
     ],
@@ -235,7 +235,7 @@ def test_subprocess_entry_point_runs() -> None:
         (["--model", "no-such-model"], "unknown model"),
         (["--max-tokens", "0"], "--max-tokens"),
         (["--top-p", "1.5"], "top_p"),
-        (["--n-ctx", "-1"], "--n-ctx"),
+        (["--ctx-size", "-1"], "--ctx-size"),
     ],
 )
 def test_subprocess_bad_input(args: list[str], needle: str) -> None:
@@ -269,13 +269,13 @@ def test_subprocess_malformed_option_type() -> None:
 @pytest.mark.model
 def test_prompt_longer_than_context(smol_path: Path) -> None:
     # llama.cpp rounds a context up to a multiple of 256: the prompt must exceed that.
-    args = ["generate", LONG_PROMPT, *on(smol_path), "--n-ctx", "64", "-n", "4"]
+    args = ["generate", LONG_PROMPT, *on(smol_path), "--ctx-size", "64", "-n", "4"]
     assert_cli_error(invoke(args), "the prompt has", "context")
 
 
 @pytest.mark.model
 def test_subprocess_prompt_longer_than_context(smol_path: Path) -> None:
-    args = ["generate", LONG_PROMPT, *on(smol_path), "--n-ctx", "64", "-n", "4"]
+    args = ["generate", LONG_PROMPT, *on(smol_path), "--ctx-size", "64", "-n", "4"]
     proc = run_cli([*args, "--no-spec"])
     assert_user_error(proc.returncode, proc.stdout, proc.stderr, "the prompt has", "context")
 
@@ -320,10 +320,10 @@ def test_json_output(smol_path: Path) -> None:
 def test_a_run_cut_by_the_context_says_so(smol_path: Path) -> None:
     """finish_reason stays "length" (OpenAI's word for both limits); the note and the JSON
     key say it was the context."""
-    args = ["generate", "1, 2, 3, 4, 5,", *on(smol_path), "--n-ctx", "256", "-n", "400", "--no-spec"]
+    args = ["generate", "1, 2, 3, 4, 5,", *on(smol_path), "--ctx-size", "256", "-n", "400", "--no-spec"]
     result = invoke(args)
     assert result.exit_code == 0, result.output
-    assert "stopped: the context of 256 tokens is full; raise --n-ctx" in result.stderr
+    assert "stopped: the context of 256 tokens is full; raise --ctx-size" in result.stderr
     result = invoke([*args, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -364,9 +364,9 @@ def test_streaming_output(smol_path: Path, tmp_path: Path) -> None:
     ("args", "needle"),
     [
         (["--seed", "-1"], "seed"),
-        (["--temperature", "inf"], "temperature"),
+        (["--temp", "inf"], "temperature"),
         (["--repeat-penalty", "inf"], "repeat_penalty"),
-        (["--exact", "--n-ctx", "200"], "--exact"),
+        (["--exact", "--ctx-size", "200"], "--exact"),
     ],
 )
 def test_more_bad_config_fails_before_loading(no_load: None, args: list[str], needle: str) -> None:
@@ -392,7 +392,7 @@ def test_empty_prompt_file_fails_before_loading(no_load: None, tmp_path: Path) -
 @pytest.mark.model
 def test_prompt_longer_than_context_fails_before_loading(no_load: None, smol_path: Path) -> None:
     """Counted with the vocabulary alone: the weights are never loaded."""
-    args = ["generate", LONG_PROMPT, *on(smol_path), "--n-ctx", "64", "-n", "4"]
+    args = ["generate", LONG_PROMPT, *on(smol_path), "--ctx-size", "64", "-n", "4"]
     assert_cli_error(invoke(args), "the prompt has", "context of 64")
 
 

@@ -218,10 +218,10 @@ def test_file_not_text(no_model: None, tmp_path: Path) -> None:
         (["--line", "99"], "--line 99 is outside the file (lines 1 to 15)"),
         (["--line", "1", "--col", "99"], "--col 99 is outside line 1 (columns 1 to 12)"),
         (["--marker", "@@HERE@@"], "no @@HERE@@ marker"),
-        (["--context", "/no/such/folder"], "context folder not found"),
-        (["--context", ".", "--no-context"], "not both"),
+        (["--corpus", "/no/such/folder"], "context folder not found"),
+        (["--corpus", ".", "--no-corpus"], "not both"),
         (["--max-tokens", "0"], "--max-tokens"),
-        (["--temperature", "-1"], "temperature"),
+        (["--temp", "-1"], "temperature"),
         (["--threads", "-1"], "--threads"),
     ],
 )
@@ -287,7 +287,7 @@ def check_json(data: dict[str, Any]) -> None:
 
 @pytest.mark.model
 def test_prefix_completion_with_smollm2(smol_path: Path, src: Path) -> None:
-    data = complete_json([str(src), *on(smol_path), "-n", "64", "--no-context"])
+    data = complete_json([str(src), *on(smol_path), "-n", "64", "--no-corpus"])
     check_json(data)
     assert data["fim"] is False
     assert (data["line"], data["col"]) == (10, 5)
@@ -300,19 +300,19 @@ def test_prefix_completion_with_smollm2(smol_path: Path, src: Path) -> None:
 @pytest.mark.model
 def test_fim_completion_with_qwen_coder(src: Path) -> None:
     qwen = models.resolve_model("qwen2.5-coder-0.5b", models.default_cache_dir())
-    data = complete_json([str(src), *on(qwen), "-n", "64", "--no-context", "--n-ctx", "2048"])
+    data = complete_json([str(src), *on(qwen), "-n", "64", "--no-corpus", "--ctx-size", "2048"])
     check_json(data)
     assert data["fim"] is True
     assert "return" in data["completion"]
     assert "def main" not in data["completion"]
-    nofim = complete_json([str(src), *on(qwen), "-n", "8", "--no-context", "--no-fim", "--n-ctx", "2048"])
+    nofim = complete_json([str(src), *on(qwen), "-n", "8", "--no-corpus", "--no-fim", "--ctx-size", "2048"])
     assert nofim["fim"] is False
 
 
 @pytest.mark.model
 def test_write_inserts_the_completion_at_the_cursor(smol_path: Path, src: Path) -> None:
     src.write_text(SOURCE.replace("    <CURSOR>", "    return sum((v - mean(values)) ** 2 <CURSOR>"), encoding="utf-8")
-    data = complete_json([str(src), *on(smol_path), "-n", "32", "--no-context", "--write"])
+    data = complete_json([str(src), *on(smol_path), "-n", "32", "--no-corpus", "--write"])
     assert data["written"] is True
     expected = SOURCE.replace("    <CURSOR>", "    return sum((v - mean(values)) ** 2 " + data["completion"])
     assert src.read_text(encoding="utf-8") == expected
@@ -333,7 +333,7 @@ def test_write_leaves_the_file_intact_when_generation_fails(
         raise error  # ... and then generation fails
 
     monkeypatch.setattr(lookahead.cli.complete_cmd, "stream_completion", failing)
-    result = invoke(["complete", str(src), *on(smol_path), "-n", "16", "--no-context", "--write"])
+    result = invoke(["complete", str(src), *on(smol_path), "-n", "16", "--no-corpus", "--write"])
     assert result.exit_code == exit_code
     assert src.read_bytes() == before
     assert sorted(p.name for p in src.parent.iterdir()) == ["stats.py"]
@@ -367,9 +367,9 @@ def test_context_drafts_from_the_repository_without_its_ignored_files(
     assert seen and seen[-1].files == ("repo/util.py",)  # not ignored files, not the file itself
     # a folder named with --context (no git repository needed)
     (repo / ".git").rmdir()
-    check_json(complete_json([str(path), *on(smol_path), "-n", "16", "--context", str(repo)]))
+    check_json(complete_json([str(path), *on(smol_path), "-n", "16", "--corpus", str(repo)]))
     assert seen[-1].files == ("repo/util.py",)
-    # --no-context: none
+    # --no-corpus: none
     count = len(seen)
-    complete_json([str(path), *on(smol_path), "-n", "8", "--no-context"])
+    complete_json([str(path), *on(smol_path), "-n", "8", "--no-corpus"])
     assert len(seen) == count

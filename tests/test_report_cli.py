@@ -72,7 +72,7 @@ def test_unknown_model(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("no_load")
 def test_bad_options() -> None:
     assert_cli_error(invoke(report("--max-tokens", "0")), "--max-tokens")
-    assert_cli_error(invoke(report("--temperature", "-1")), "temperature")
+    assert_cli_error(invoke(report("--temp", "-1")), "temperature")
 
 
 # --- the shipped example on SmolLM2 -------------------------------------------------------
@@ -115,6 +115,6 @@ def test_report_to_a_file(smol_path: Path, tmp_path: Path) -> None:
 @pytest.mark.model
 def test_failed_report_leaves_the_file(smol_path: Path, tmp_path: Path) -> None:
     out = write(tmp_path / "report.md", "old report\n")
-    result = invoke(report(*on(smol_path), "-n", "8", "-o", str(out), "--chat", "--n-ctx", "64"))
+    result = invoke(report(*on(smol_path), "-n", "8", "-o", str(out), "--chat", "--ctx-size", "64"))
     assert_cli_error(result, "the prompt has", "context")
     assert out.read_text(encoding="utf-8") == "old report\n"

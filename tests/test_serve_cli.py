@@ -51,7 +51,7 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--api-key", " "], "--api-key"),
         (["--log-level", "loud"], "--log-level"),
         (["--k-max", "0"], "k_max"),
-        (["--parallel", "-1"], "--parallel"),
+        (["--parallel", "-2"], "--parallel"),
         (["--parallel", "99"], "--parallel"),
         (["--exact", "--parallel", "2"], "--parallel 1"),
     ],

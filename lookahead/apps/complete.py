@@ -171,7 +171,7 @@ def completion_prompt(vocab: FimVocab, split: Split, *, fim: bool = True, room: 
     if room < MIN_ROOM:
         raise GenerationError(
             f"no room for a prompt: the context leaves {room} tokens beside --max-tokens "
-            "(raise --n-ctx or lower --max-tokens)"
+            "(raise --ctx-size or lower --max-tokens)"
         )
     bos = vocab.tokenize("", add_special=True)  # [BOS] if the model wants one, else []
     healed = blank_indent(split.prefix)

@@ -101,7 +101,13 @@ def command_line(options: dict[str, Any]) -> str:
     return shlex.join(args)
 
 
+def _csv(text: str | None) -> list[str] | None:
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
 def run_bench(options: dict[str, Any]) -> None:
+    """The bench, its options as `lookahead bench` takes them (kinds and methods as comma lists)."""
+    options = {**options, "kinds": _csv(options["kinds"]), "methods": _csv(options["methods"])}
     run = import_bench()
     config = run.BenchConfig(**options, command=command_line(options))
     config.resolved()  # bad names fail here, before the model loads

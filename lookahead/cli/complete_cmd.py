@@ -55,7 +55,7 @@ def context_folder(file: Path, context: Path | None, no_context: bool) -> tuple[
     """(the folder to draft from, whether the user named it)."""
     if no_context:
         if context is not None:
-            raise UserError("give --context DIR or --no-context, not both")
+            raise UserError("give --corpus DIR or --no-corpus, not both")
         return None, False
     if context is not None:
         if not context.is_dir():
@@ -79,6 +79,10 @@ def run_complete(
     model: str,
     max_tokens: int,
     temperature: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    repeat_penalty: float,
     seed: int | None,
     stop: list[str] | None,
     exact: bool,
@@ -90,7 +94,9 @@ def run_complete(
 ) -> None:
     """The command, its options as `lookahead complete` takes them."""
     # Everything about the input is checked before the model loads.
-    sampling = SamplingConfig(temperature=temperature, seed=seed)
+    sampling = SamplingConfig(
+        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
+    )
     draft_cfg = DraftConfig(enabled=not no_spec, exact=exact)
     check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
     original = file.read_bytes() if write and file.is_file() else None  # --write refuses if it changes

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from lookahead.api import Model, check_prompt_fits, load, locate
 from lookahead.backend.llama import BackendConfig
+from lookahead.cli.compare import compare_json, compare_line, final, plain_config
 from lookahead.cli.live import LiveInfo, show, summary_line
 from lookahead.cli.models_cmd import _RichProgress
 from lookahead.core.draft_state import DraftConfig
@@ -21,6 +22,25 @@ from lookahead.errors import ConfigError, UserError
 from lookahead.index.corpus import CorpusError
 from lookahead.models.catalog import default_cache_dir
 from lookahead.tuning.exact import EXACT_MIN_CTX
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt: the argument, the file's text, or stdin when it is not a terminal."""
+    if prompt is not None and prompt_file is not None:
+        raise UserError("give the prompt as an argument or with --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            text = prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read prompt file {prompt_file}: {exc}") from exc
+        if not text.strip():
+            raise UserError(f"prompt file {prompt_file} is empty")
+        return text
+    if prompt is not None:
+        return prompt
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    raise UserError("no prompt: give PROMPT, --prompt-file FILE, or pipe text on stdin")
 
 
 def json_summary(result: Result) -> dict[str, Any]:
@@ -54,6 +74,7 @@ def run_generate(
     n_ctx: int,
     threads: int,
     live: bool = False,
+    compare: bool = False,
 ) -> None:
     # Check everything that can be checked before the model loads (seconds to minutes on a
     # big model): every config, the corpus folders, the prompt's length in tokens.
@@ -62,6 +83,8 @@ def run_generate(
     check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
     if not text.strip():
         raise UserError("the prompt is empty")
+    if compare and not draft_cfg.enabled:
+        raise ConfigError("--compare measures drafts against plain decoding: drop --no-spec")
     err = Console(stderr=True)
     lm, _ = open_model(
         model, n_ctx=n_ctx, threads=threads, draft=draft_cfg, live=live, err=err,
@@ -69,7 +92,19 @@ def run_generate(
     )  # fmt: skip
     events = lm.stream(text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg, draft=draft_cfg)
     result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
-    print_result(result, as_json, err, n_ctx=lm.backend.n_ctx)
+    extra: dict[str, Any] = {}
+    if compare:
+        with err.status("decoding again without drafts, to compare"):
+            plain = final(
+                lm.stream(
+                    text, chat=chat, max_tokens=max_tokens, stop=stop, sampling=sampling_cfg,
+                    draft=plain_config(draft_cfg),
+                )
+            )  # fmt: skip
+        extra["compare"] = compare_json(result, plain)
+    print_result(result, as_json, err, n_ctx=lm.backend.n_ctx, **extra)
+    if compare and not as_json:
+        err.print(compare_line(result, plain), highlight=False, soft_wrap=True)  # one line, for logs too
     gov = lm.tuning.governor
     if gov is not None and gov.switches and not as_json:
         err.print(
@@ -84,12 +119,12 @@ def check_options(*, max_tokens: int | None, n_ctx: int, threads: int, draft: Dr
     if max_tokens is not None and max_tokens <= 0:
         raise ConfigError(f"--max-tokens must be > 0, got {max_tokens}")
     if n_ctx < 0:  # llama.cpp takes an unsigned int: -1 would wrap to 4 billion tokens
-        raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
+        raise ConfigError(f"--ctx-size must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
     if draft.enabled and draft.exact and 0 < n_ctx < EXACT_MIN_CTX:
         raise ConfigError(
-            f"--exact runs a self-test that needs --n-ctx of at least {EXACT_MIN_CTX}, got {n_ctx}"
+            f"--exact runs a self-test that needs --ctx-size of at least {EXACT_MIN_CTX}, got {n_ctx}"
         )
     for folder in draft.corpora:
         if not Path(folder).exists():
@@ -149,4 +184,4 @@ def print_result(result: Result, as_json: bool, err: Console, n_ctx: int = 0, **
     s = result.stats
     err.print(f"[dim]{summary_line(s.n_tokens, s.decode_s, s.steps, s.alpha, s.prefill_s)}[/dim]", highlight=False)
     if result.context_full:
-        err.print(f"stopped: the context of {n_ctx} tokens is full; raise --n-ctx", highlight=False)
+        err.print(f"stopped: the context of {n_ctx} tokens is full; raise --ctx-size", highlight=False)

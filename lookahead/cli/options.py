@@ -1,23 +1,78 @@
-"""Option definitions shared by the generating commands (the same flag, the same help).
+"""Every option that more than one command takes, declared once: the same flag, the same
+help, the same default on every command.
 
-Every command that takes one of these flags takes it from here.
+Spellings follow llama.cpp's where it has one (`-m/--model`, `-c/--ctx-size`, `-t/--threads`,
+`-n/--max-tokens`, `--temp`, `--top-k`, `--top-p`, `--min-p`, `--repeat-penalty`, `-s/--seed`,
+`-np/--parallel`), so what people type by habit works. Drafting and sampling defaults come
+from the config dataclasses (`DraftConfig`, `SamplingConfig`, `BackendConfig`), not from
+literals here. Old spellings that were renamed are in `RENAMED`: `DeprecatingGroup` still
+accepts them, with a one-line note on stderr.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
+
+from lookahead.backend.llama import BackendConfig
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.sampling import SamplingConfig
+
+SAMPLING = SamplingConfig()  # the sampling defaults every command shows
+DRAFT = DraftConfig()  # the drafting defaults
+CTX_SIZE = BackendConfig().n_ctx  # the context length by default
+
+# --- the model and the machine -------------------------------------------------------------
 
 ModelOption = Annotated[
-    str, typer.Option("--model", "-m", help="Model name (see `lookahead models list`) or a .gguf path.")
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="A model name (see `lookahead models list`), a .gguf path, or hf:OWNER/REPO[:QUANT] "
+        "or hf:OWNER/REPO/FILE.gguf (downloaded from Hugging Face once, then read from its cache).",
+    ),
 ]
-MaxTokensOption = Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")]
-TemperatureOption = Annotated[
-    float, typer.Option(help="0 = greedy; > 0 samples (output distribution is exactly the model's).")
+CtxSizeOption = Annotated[
+    int,
+    typer.Option("--ctx-size", "-c", help="Context length in tokens (prompt + output); 0 = the model's own."),
 ]
-SeedOption = Annotated[int | None, typer.Option(help="Random seed for sampling (same seed, same output).")]
-StopOption = Annotated[list[str] | None, typer.Option(help="Stop before this string (repeatable).")]
+ThreadsOption = Annotated[int, typer.Option("--threads", "-t", help="CPU threads (0 = all available).")]
+
+# --- what to generate ----------------------------------------------------------------------
+
+MaxTokensOption = Annotated[int, typer.Option("--max-tokens", "-n", "--n-predict", help="Most tokens to generate.")]
+ReportMaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens", "-n", "--n-predict", help="Most tokens (default: enough for every record, within the context)."
+    ),
+]
+TempOption = Annotated[
+    float,
+    typer.Option(
+        "--temp", help="Temperature: 0 = greedy; > 0 samples (the output distribution is exactly the model's)."
+    ),
+]
+TopKOption = Annotated[int, typer.Option("--top-k", help="Sample among the k most likely tokens (0 = all).")]
+TopPOption = Annotated[float, typer.Option("--top-p", help="Nucleus sampling threshold, in (0, 1].")]
+MinPOption = Annotated[
+    float, typer.Option("--min-p", help="Drop tokens below min-p times the most likely token's probability.")
+]
+RepeatPenaltyOption = Annotated[
+    float, typer.Option("--repeat-penalty", help="> 1 discourages recently seen tokens (1 = off).")
+]
+SeedOption = Annotated[
+    int | None, typer.Option("--seed", "-s", help="Random seed for sampling (same seed, same output).")
+]
+StopOption = Annotated[list[str] | None, typer.Option("--stop", help="Stop before this string (repeatable).")]
+
+# --- how to draft --------------------------------------------------------------------------
+
+NoSpecOption = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")]
 ExactOption = Annotated[
     bool,
     typer.Option(
@@ -26,9 +81,33 @@ ExactOption = Annotated[
         "self-test at load found bit-identical (without it, output can differ at near-ties).",
     ),
 ]
-NoSpecOption = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")]
-NCtxOption = Annotated[int, typer.Option(help="Context length in tokens.")]
-ThreadsOption = Annotated[int, typer.Option(help="CPU threads (0 = all available).")]
+CorpusOption = Annotated[
+    list[Path] | None, typer.Option("--corpus", help="A folder to draft from as a static corpus (repeatable).")
+]
+NoRecordsOption = Annotated[
+    bool,
+    typer.Option("--no-records", help="Do not draft report records from the prompt's data rows."),
+]
+KOption = Annotated[int, typer.Option("--k", help="With --no-adaptive: draft tokens per branch (fixed K).")]
+KMaxOption = Annotated[int, typer.Option("--k-max", help="Deepest draft the adaptive controller may verify.")]
+BudgetOption = Annotated[int, typer.Option("--budget", help="Most draft tree nodes verified per step.")]
+BranchesOption = Annotated[int, typer.Option("--branches", help="Most children per tree node (1 = a single chain).")]
+NoAdaptiveOption = Annotated[
+    bool, typer.Option("--no-adaptive", help="Fixed K instead of the cost-aware controller.")
+]
+
+CompareOption = Annotated[
+    bool,
+    typer.Option(
+        "--compare",
+        help="Then decode the same prompt again without drafts and print both speeds "
+        "(the output is the same text, generated twice).",
+    ),
+]
+
+# --- output --------------------------------------------------------------------------------
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object with the text and statistics.")]
 LiveOption = Annotated[
     bool,
     typer.Option(
@@ -47,3 +126,81 @@ ServerOption = Annotated[
         "load the model here.",
     ),
 ]
+
+# --- the service ---------------------------------------------------------------------------
+
+ParallelOption = Annotated[
+    int,
+    typer.Option(
+        "--parallel",
+        "-np",
+        help="Requests decoded together in one batch per step; 1 = one at a time; "
+        "-1 = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2 (0 means the same).",
+    ),
+]
+
+ServeExactOption = Annotated[
+    bool, typer.Option("--exact", help="Greedy output bit-identical to plain decoding, unless a request says not.")
+]
+IndexScopeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--index-scope",
+        help="Whose earlier requests a request drafts from: 'key' (the same API key's) or 'none'. "
+        "Default: 'key' with API keys, else 'none' (clients without keys would share one memory, "
+        "and a response's accepted count could hint at what another client sent).",
+    ),
+]
+FairOption = Annotated[
+    bool,
+    typer.Option(
+        "--fair",
+        help="With --parallel: verify drafts only in steps where no request's expected pace drops "
+        "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
+        "with nothing to draft waits for its neighbours' draft nodes.",
+    ),
+]
+
+# --- renamed spellings ---------------------------------------------------------------------
+
+# command -> {old flag: new flag}. The old spellings keep working for a release.
+_GENERATING = {"--n-ctx": "--ctx-size", "--temperature": "--temp"}
+RENAMED: dict[str, dict[str, str]] = {
+    "generate": _GENERATING,
+    "report": _GENERATING,
+    "complete": {**_GENERATING, "--context": "--corpus", "--no-context": "--no-corpus"},
+    "serve": {"--n-ctx": "--ctx-size"},
+}
+
+
+def rename_args(command: str, args: list[str], warn: Any = None) -> list[str]:
+    """`args` with `command`'s renamed flags spelled the new way (`--old V` and `--old=V`),
+    each renaming noted once through `warn(line)` (default: a line on stderr). Nothing
+    after a `--` is touched: it is data, not a flag."""
+    table = RENAMED.get(command, {})
+    note = warn or (lambda line: typer.echo(line, err=True))
+    out: list[str] = []
+    noted: set[str] = set()
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        old, eq, value = arg.partition("=")
+        new = table.get(old)
+        if new is None:
+            out.append(arg)
+            continue
+        if old not in noted:
+            noted.add(old)
+            note(f"note: {old} is deprecated and will be removed; use {new}")
+        out.append(new + eq + value)
+    return out
+
+
+class DeprecatingGroup(TyperGroup):
+    """The command group: it rewrites a command's renamed flags before the command parses
+    them, so both spellings reach the same parameter."""
+
+    # Any: typer vendors its own click, whose types are private to it
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        return name, command, rename_args(name or "", rest)

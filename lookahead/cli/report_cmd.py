@@ -25,6 +25,7 @@ def run_report(
     max_tokens: int | None,
     sampling: dict[str, Any],
     draft: dict[str, Any],
+    stop: tuple[str, ...] = (),
     as_json: bool,
     live: bool,
     n_ctx: int,
@@ -47,7 +48,9 @@ def run_report(
     lm, use_chat = open_model(model, n_ctx=n_ctx, threads=threads, draft=draft_cfg, live=live, err=err, check=check)
     tokens = lm.prompt_tokens(report.prompt, use_chat)
     limit = max_tokens or report.max_tokens(lm.backend.n_ctx - len(tokens) - 1)
-    events = lm.stream(report.prompt, tokens=tokens, max_tokens=limit, sampling=sampling_cfg, draft=draft_cfg)
+    events = lm.stream(
+        report.prompt, tokens=tokens, max_tokens=limit, stop=stop, sampling=sampling_cfg, draft=draft_cfg
+    )
     result = show(events, echo=not as_json and output is None, live=live_info(lm, draft_cfg, live, as_json), err=err)
     if output is not None:
         save(output, result.text if result.text.endswith("\n") else result.text + "\n")

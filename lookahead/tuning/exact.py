@@ -33,7 +33,7 @@ def measure_exact_limits(backend: LlamaBackend) -> tuple[int, int]:
     if backend.n_ctx < EXACT_MIN_CTX:
         raise GenerationError(
             f"exact mode's self-test needs a context of at least {EXACT_MIN_CTX} tokens, "
-            f"this one has {backend.n_ctx}: raise n_ctx (--n-ctx)"
+            f"this one has {backend.n_ctx}: raise n_ctx (--ctx-size)"
         )
     toks = backend.tokenize(_SELFTEST_TEXT)
     short = exact_batch_limit(backend, toks, max_size=32)
