@@ -111,7 +111,9 @@ def run_complete(
         if remote is not None:
             prompt, events = remote
             result = show(finish_completion(events, prompt, split, language=language), echo=not as_json, err=err)
-            finish_complete(file, split, prompt, result, write=write, as_json=as_json, err=err, n_ctx=n_ctx)
+            finish_complete(
+                file, split, prompt, result, write=write, as_json=as_json, err=err, n_ctx=n_ctx, original=original
+            )
             return
     prompts: list[CompletionPrompt] = []
 
@@ -148,7 +150,9 @@ def run_complete(
         context=corpus,
     )
     result = show(events, echo=not as_json, live=live_info(lm, draft_cfg, live, as_json), err=err)
-    finish_complete(file, split, prompt, result, write=write, as_json=as_json, err=err, n_ctx=lm.backend.n_ctx)
+    finish_complete(
+        file, split, prompt, result, write=write, as_json=as_json, err=err, n_ctx=lm.backend.n_ctx, original=original
+    )
 
 
 def finish_complete(
@@ -161,8 +165,10 @@ def finish_complete(
     as_json: bool,
     err: Console,
     n_ctx: int,
+    original: bytes | None = None,
 ) -> None:
-    """Write the completion in (--write), then the --json object or the summary line."""
+    """Write the completion in (--write; refused if the file changed since `original` was read),
+    then the --json object or the summary line."""
     if write:
         write_completion(file, split, result.text, original)
     if as_json:
