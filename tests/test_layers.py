@@ -31,9 +31,7 @@ MAX_LINES = 450
 # Files over the limit that are being split elsewhere; tolerated until then, and nothing
 # else is. Remove an entry once its file is under the limit.
 OVER_LIMIT_FOR_NOW = frozenset({
-    "lookahead/backend/llama.py",
     "lookahead/cli/main.py",
-    "lookahead/models/catalog.py",
 })  # fmt: skip
 
 # Module prefix -> layer; the longest matching prefix wins.

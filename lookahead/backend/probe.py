@@ -397,15 +397,13 @@ def _child(path: str, name: str, threads: int) -> dict[str, Any]:
         os.kill(os.getpid(), signal.SIGILL)
     if fault == "hang":
         time.sleep(3600)
-    # n_batch as the process's own: its largest decode is a prefill chunk of n_batch tokens
-    # (a served prompt), and large batches take kernels that small ones do not
+    # the process's largest decode is a prefill chunk of n_batch tokens: large batches take other kernels
     big = BackendConfig().n_batch
     config = BackendConfig(n_ctx=2 * big, n_batch=big, n_threads=threads, max_branches=2, repack=cand.repack)
     backend = LlamaBackend(path, config)
     toks = backend.tokenize(_PROBE_TEXT)
     n = max(BATCH_SIZES)
-    if len(toks) < n + 9:
-        toks = (toks * (n + 9))[: n + 9]
+    toks = toks if len(toks) >= n + 9 else (toks * (n + 9))[: n + 9]
     # a prefill batch first: large batches take other kernels (the AMX crash is there)
     backend.prefill(np.asarray(toks[:8], dtype=np.int32))
     start = backend.n_past
@@ -433,11 +431,8 @@ def _child(path: str, name: str, threads: int) -> dict[str, Any]:
         return {"ok": False, "detail": f"non-finite logits after a prefill batch of {big}"}
     backend.close()
     if worst > TOLERANCE:
-        return {
-            "ok": False,
-            "detail": f"batched logits differ from one-token logits by {worst:.2f} (> {TOLERANCE})",
-            "max_diff": worst,
-        }
+        detail = f"batched logits differ from one-token logits by {worst:.2f} (> {TOLERANCE})"
+        return {"ok": False, "detail": detail, "max_diff": worst}
     return {"ok": True, "detail": "ok", "max_diff": worst}
 
 

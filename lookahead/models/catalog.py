@@ -30,13 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from lookahead.errors import UserError
-from lookahead.models.registry import DEFAULT_MODEL, MODELS, ModelSpec, Part  # noqa: F401 (re-exported)
+from lookahead.models.registry import DEFAULT_MODEL, MODELS, ModelError, ModelSpec, Part  # noqa: F401 (re-exported)
 from lookahead.progress import Progress
-
-
-class ModelError(UserError):
-    """A model could not be found, fetched, assembled or verified (message says why)."""
 
 _CHUNK = 1 << 20
 _STALE_TEMP_SECONDS = 3600.0

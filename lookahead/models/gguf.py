@@ -13,7 +13,7 @@ import mmap
 import struct
 from pathlib import Path
 
-from lookahead.models.catalog import ModelError
+from lookahead.models.registry import ModelError
 
 _GGUF_MAGIC = b"GGUF"
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count

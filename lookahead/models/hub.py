@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lookahead.models.catalog import ModelError
+from lookahead.models.registry import ModelError
 from lookahead.progress import Progress
 
 PREFIX = "hf:"

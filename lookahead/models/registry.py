@@ -6,6 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lookahead.errors import UserError
+
+
+class ModelError(UserError):
+    """A model could not be found, fetched, assembled or verified (message says why)."""
+
 
 @dataclass(frozen=True)
 class Part:

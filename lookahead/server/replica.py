@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lookahead.server import errors
 
 if TYPE_CHECKING:
-    from lookahead.server.app import Service
+    from lookahead.server.service import Service
 
 REPLICA_HEADER = "X-Lookahead-Replica"
 # answered while draining: the load balancer's and the orchestrator's probes, and the scraper
