@@ -211,3 +211,18 @@ def test_an_image_in_a_chat_is_a_400_not_ignored(server: Running) -> None:
     parts = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "file://x.jpeg"}}]
     r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": parts}], "max_tokens": 1})
     assert r.status_code == 400 and "image_url content is not supported" in r.json()["error"]["message"]
+
+
+def test_a_prompt_that_extends_the_last_one_prefills_only_its_new_tail(server: Running) -> None:
+    # llama.cpp's cache_prompt (on by default): the KV cells of the common prefix are reused
+    first = PROMPT + "\n    # " + "the next number is the sum of the two before it, " * 6
+    a = post(server, "/completion", {"prompt": first, "n_predict": 4, "temperature": 0}).json()
+    b = post(server, "/completion", {"prompt": first + "starting from 0 and 1", "n_predict": 4, "temperature": 0})
+    assert b.status_code == 200, b.text
+    warm = b.json()
+    assert a["tokens_evaluated"] - 2 <= warm["tokens_cached"] < warm["tokens_evaluated"]
+    assert warm["timings"]["cache_n"] == warm["tokens_cached"]
+    assert warm["timings"]["prompt_n"] == warm["tokens_evaluated"] - warm["tokens_cached"]
+    body = {"prompt": first + "starting from 0 and 1", "n_predict": 4, "temperature": 0, "cache_prompt": False}
+    cold = post(server, "/completion", body).json()
+    assert cold["tokens_cached"] == 0 and cold["timings"]["prompt_n"] == cold["tokens_evaluated"]

@@ -92,7 +92,9 @@ class NativeShape:
     index: int = 0
 
     def final(self, out: Outcome, streamed: bool = False, cache_n: int = 0) -> dict[str, Any]:
-        """The last (or only) body; a stream's last one carries no content of its own."""
+        """The last (or only) body; a stream's last one carries no content of its own.
+        `cache_n`: prompt tokens reused from the KV cache (default: what the generation says)."""
+        cache_n = cache_n or out.stats.tokens_cached
         return {
             "index": self.index,
             "content": "" if streamed else out.text,
