@@ -140,6 +140,21 @@ def _no_measuring(*args: object, **kwargs: object) -> Any:
     raise RuntimeError("the cost curve was measured instead of read from the pinned cache: its key changed?")
 
 
+def _rekey(pinned: dict[str, Any]) -> dict[str, Any]:
+    """The pinned curves under this code's cache keys: a key names the model file, its size,
+    the thread count and the machine, and how it names the machine has changed (the CPU model
+    and a hash of its flags were added), so each curve is also filed under today's spelling."""
+    try:
+        from lookahead.tuning.calibrate import cost_machine
+    except ImportError:  # older layouts read their own spelling
+        return pinned
+    out = dict(pinned)
+    for key, entry in pinned.items():
+        version, name, size, threads = key.split(":")[:4]
+        out[f"{version}:{name}:{size}:{cost_machine(int(threads))}"] = entry
+    return out
+
+
 def collect(pinned: dict[str, Any] | None, max_tokens: int) -> dict[str, Any]:
     """One full run; with `pinned` (a cost cache's content) nothing is measured."""
     qwen, smol = _model_path(REPLAY_MODEL), _model_path(OUTPUT_MODEL)
@@ -147,10 +162,10 @@ def collect(pinned: dict[str, Any] | None, max_tokens: int) -> dict[str, Any]:
         cache = Path(tmp)
         (cache / "models").mkdir()
         if pinned is not None:
-            (cache / "costs.json").write_text(json.dumps(pinned))
+            (cache / "costs.json").write_text(json.dumps(_rekey(pinned)))
             LlamaBackend.measure_cost = _no_measuring  # type: ignore[method-assign]
-        else:  # recording: keep whatever a busy machine measures
-            _keep_any_curve()
+        # a curve measured on a busy machine may look implausible: pinned or recorded, keep it
+        _keep_any_curve()
         result: dict[str, Any] = {"max_tokens": max_tokens}
         model = _load(qwen, cache)
         try:

@@ -30,9 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
 # Files over the limit that are being split elsewhere; tolerated until then, and nothing
 # else is. Remove an entry once its file is under the limit.
-OVER_LIMIT_FOR_NOW = frozenset({
-    "lookahead/cli/main.py",
-})  # fmt: skip
+OVER_LIMIT_FOR_NOW: frozenset[str] = frozenset()
 
 # Module prefix -> layer; the longest matching prefix wins.
 LAYERS: dict[str, int] = {

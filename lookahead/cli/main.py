@@ -22,6 +22,7 @@ from lookahead.cli.options import (
     DeprecatingGroup,
     ExactOption,
     FairOption,
+    GracePeriodOption,
     IndexScopeOption,
     JsonOption,
     KMaxOption,
@@ -35,6 +36,7 @@ from lookahead.cli.options import (
     NoSpecOption,
     ParallelOption,
     RepeatPenaltyOption,
+    ReplicaIdOption,
     ReportMaxTokensOption,
     SeedOption,
     ServeExactOption,
@@ -219,16 +221,8 @@ def serve(
     parallel: ParallelOption = -1,
     fair: FairOption = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    replica_id: Annotated[
-        str | None,
-        typer.Option("--replica-id", help="This replica's name in the X-Lookahead-Replica header and /metrics "
-                     "[default: the host's name]."),
-    ] = None,
-    grace_period: Annotated[
-        float,
-        typer.Option("--grace-period", help="Seconds from SIGTERM to exit: new requests get 503, running ones "
-                     "finish, the index is saved."),
-    ] = 25.0,
+    replica_id: ReplicaIdOption = None,
+    grace_period: GracePeriodOption = 25.0,
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics) that keeps one model warm and drafts from what it has seen.

@@ -204,3 +204,18 @@ class DeprecatingGroup(TyperGroup):
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         name, command, rest = super().resolve_command(ctx, args)
         return name, command, rename_args(name or "", rest)
+
+ReplicaIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--replica-id",
+        help="This replica's name in the X-Lookahead-Replica header and /metrics [default: the host's name].",
+    ),
+]
+GracePeriodOption = Annotated[
+    float,
+    typer.Option(
+        "--grace-period",
+        help="Seconds from SIGTERM to exit: new requests get 503, running ones finish, the index is saved.",
+    ),
+]
