@@ -20,7 +20,7 @@ from lookahead.server import ServeConfig, create_app
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 IMAGE = "lookahead"
-PORT = 8080
+PORT = 8000
 
 
 def load(name: str) -> Any:
@@ -77,7 +77,7 @@ def test_haproxy_and_prometheus_name_every_replica_of_the_compose_file() -> None
     assert {f"{n}:{PORT}" for n in names} <= targets
     text = (DEPLOY / "haproxy.cfg").read_text()
     for line in ("balance hdr(Authorization)", "hash-type consistent", "option httpchk GET /health",
-                 "http-check disable-on-404", "bind :8080"):
+                 "http-check disable-on-404", "bind :8000"):
         assert line in text, line
     services = load("docker-compose.yml")["services"]
     assert f"{PORT}:{PORT}" in services["lb"]["ports"]
