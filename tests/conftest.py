@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,3 +26,16 @@ def smol_model(smol_path: Path):  # type: ignore[no-untyped-def]
     model = load(smol_path, backend=BackendConfig(n_ctx=4096, n_threads=1))
     yield model
     model.close()
+
+
+@pytest.fixture(autouse=True)
+def _sse_streams_not_told_to_exit() -> Iterator[None]:
+    """sse-starlette ends every stream in the process once any uvicorn server in it handles
+    an exit signal (a process-wide flag, fine for a server that then exits). Tests that signal
+    an in-process server must not end the streams of the servers that later tests start."""
+    yield
+    try:
+        from sse_starlette.sse import AppStatus
+    except ImportError:  # the service's extra is not installed
+        return
+    AppStatus.should_exit = False

@@ -103,13 +103,13 @@ class Replica:
 def haproxy_config(port: int, stats_port: int, replicas: list[Replica]) -> str:
     """The shipped configuration on loopback ports, with checks every 200 ms (tests only)."""
     text = HAPROXY_CFG.read_text()
-    text = text.replace("bind :8080", f"bind 127.0.0.1:{port}").replace("bind :8404", f"bind 127.0.0.1:{stats_port}")
+    text = text.replace("bind :8000", f"bind 127.0.0.1:{port}").replace("bind :8404", f"bind 127.0.0.1:{stats_port}")
     assert "inter 2s fall 2 rise 2" in text
     text = text.replace("inter 2s fall 2 rise 2", "inter 200ms fall 2 rise 1")
     for r in replicas:
-        assert f" {r.name}:8080" in text, r.name
-        text = text.replace(f" {r.name}:8080", f" 127.0.0.1:{r.port}")
-    assert not re.search(r"^\s*server .*:8080", text, re.M), "a server line was not rewritten"
+        assert f" {r.name}:8000" in text, r.name
+        text = text.replace(f" {r.name}:8000", f" 127.0.0.1:{r.port}")
+    assert not re.search(r"^\s*server .*:8000", text, re.M), "a server line was not rewritten"
     return text
 
 

@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+import lookahead.api
 import lookahead.cli.serve_cmd
 import lookahead.server.drain as drain_mod
 from lookahead.cli.main import app
@@ -177,7 +178,7 @@ def test_bad_replica_options_fail_before_loading(
     def trap(*a: object, **k: object) -> None:
         raise AssertionError("the model was resolved before the input was checked")
 
-    monkeypatch.setattr(lookahead.cli.serve_cmd, "resolve_model", trap)
+    monkeypatch.setattr(lookahead.api, "locate", trap)
     result = CliRunner().invoke(app, ["serve", *args])
     assert result.exit_code == 1 and "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
