@@ -17,6 +17,7 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.models.catalog import default_cache_dir
 from lookahead.server.drain import check_replica, draining_server
+from lookahead.server.request_defaults import RequestDefaults
 
 MAX_SLOTS = MAX_SEQ // 2
 
@@ -74,6 +75,20 @@ def check_parallel(parallel: int, exact: bool) -> int:
     return 1 if exact else max(parallel, 0)
 
 
+def parse_origins(text: str) -> tuple[str, ...]:
+    """--cors-origins as a tuple: `*`, `localhost` or exact origins (`scheme://host[:port]`)."""
+    origins = tuple(o.strip().rstrip("/") for o in text.split(",") if o.strip())
+    if not origins:
+        raise ConfigError("--cors-origins is empty (use '*' for any origin)")
+    for origin in origins:
+        if origin not in ("*", "localhost") and "://" not in origin:
+            raise ConfigError(
+                f"--cors-origins: {origin!r} is not an origin (write it as scheme://host[:port], "
+                "or '*', or 'localhost')"
+            )
+    return origins
+
+
 def run_serve(
     *,
     model: str,
@@ -92,6 +107,9 @@ def run_serve(
     metrics_key: str | None = None,
     replica_id: str | None = None,
     grace_period: float = 25.0,
+    alias: str | None = None,
+    defaults: RequestDefaults | None = None,
+    cors_origins: str = "*",
 ) -> int:
     import uvicorn
 
@@ -111,6 +129,9 @@ def run_serve(
     if metrics_key is not None and not metrics_key.strip():
         raise ConfigError("--metrics-key is empty")
     parallel = check_parallel(parallel, draft.exact)
+    origins = parse_origins(cors_origins)
+    if alias is not None and not alias.strip():
+        raise ConfigError("--alias is empty")
     replica_id = check_replica(replica_id, grace_period)
     err = Console(stderr=True)
     check_port(host, port)
@@ -121,7 +142,7 @@ def run_serve(
             highlight=False,
         )
     config = ServeConfig(
-        model_id=model,
+        model_id=alias.strip() if alias else model,
         api_keys=keys,
         max_queue=queue,
         shared_index=shared_index,
@@ -131,6 +152,8 @@ def run_serve(
         draft=draft,
         parallel=parallel,
         replica_id=replica_id,
+        defaults=defaults or RequestDefaults(),
+        cors_origins=origins,
     )
     if index_file is not None and not config.remembers:
         err.print(

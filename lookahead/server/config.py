@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError
+from lookahead.server.request_defaults import RequestDefaults
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class ServeConfig:
     parallel: int = 1
     metrics_key: str | None = None  # the key /metrics asks for; None: any API key (open when there is none)
     replica_id: str = ""  # X-Lookahead-Replica and /metrics; empty: the host's name
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)  # for fields a request leaves out
+    # origins a browser page may call from: "*" = any (echoed back), "localhost" = pages on
+    # this machine, else the exact origins listed (`compat.Cors`)
+    cors_origins: tuple[str, ...] = ("*",)
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

@@ -45,13 +45,15 @@ router = APIRouter()
 
 @router.post("/infill", response_model=None)
 async def infill(body: InfillRequest, request: Request, caller: Caller) -> Response:
-    return await answer(ready(request), body, request, caller, "infill")
+    service = ready(request)
+    return await answer(service, service.config.defaults.apply(body), request, caller, "infill")
 
 
 @router.post("/completion", response_model=None)
 @router.post("/completions", response_model=None)  # llama-server's name for it too (not OpenAI's)
 async def completion(body: CompletionRequest, request: Request, caller: Caller) -> Response:
-    return await answer(ready(request), body, request, caller, "completion")
+    service = ready(request)
+    return await answer(service, service.config.defaults.apply(body), request, caller, "completion")
 
 
 @router.post("/tokenize")
@@ -85,7 +87,7 @@ async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) 
 async def props(request: Request, caller: Caller) -> dict[str, Any]:
     svc = ready(request)
     model = model_of(svc)
-    defaults = NativeRequest()
+    defaults = svc.config.defaults.apply(NativeRequest())
     return {
         "default_generation_settings": {"params": settings(defaults), "n_ctx": worker_of(svc).n_ctx},
         "total_slots": slot_count(svc),

@@ -26,11 +26,13 @@ async def list_models(service: ServiceDep, caller: Caller) -> dict[str, Any]:
 async def completions(
     body: CompletionRequest, request: Request, caller: Caller
 ) -> Response | dict[str, Any]:
-    return await serve(ready(request), body, request, caller, chat=False)
+    service = ready(request)
+    return await serve(service, service.config.defaults.apply(body), request, caller, chat=False)
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, caller: Caller
 ) -> Response | dict[str, Any]:
-    return await serve(ready(request), body, request, caller, chat=True)
+    service = ready(request)
+    return await serve(service, service.config.defaults.apply(body), request, caller, chat=True)
