@@ -121,7 +121,9 @@ def test_infill_on_a_model_without_fim_tokens_is_a_clear_400(server: Running) ->
     ("path", "body", "needle"),
     [
         ("/completion", {"prompt": "hi", "n_probs": 3}, "n_probs"),
-        ("/completion", {"prompt": "hi", "logit_bias": [[15, -100]]}, "logit_bias"),
+        ("/completion", {"prompt": "hi", "logit_bias": [[10**9, -100]]}, "logit_bias"),
+        ("/completion", {"prompt": "hi", "logit_bias": [[15, "x"]]}, "logit_bias"),
+        ("/v1/completions", {"prompt": "hi", "logit_bias": 3}, "logit_bias"),
         ("/completion", {"prompt": "hi", "grammar": "root ::= x"}, "grammar"),
         ("/completion", {"prompt": ""}, "empty"),
         ("/completion", {"prompt": [10**9]}, "not in the vocabulary"),
@@ -226,3 +228,21 @@ def test_a_prompt_that_extends_the_last_one_prefills_only_its_new_tail(server: R
     body = {"prompt": first + "starting from 0 and 1", "n_predict": 4, "temperature": 0, "cache_prompt": False}
     cold = post(server, "/completion", body).json()
     assert cold["tokens_cached"] == 0 and cold["timings"]["prompt_n"] == cold["tokens_evaluated"]
+
+
+def test_logit_bias_bans_tokens_by_id_or_text_on_every_route(server: Running) -> None:
+    """The greedy continuation's first token, banned (by id, by its text, OpenAI's object
+    form), is never written; a positive bias on another token makes it the first."""
+    base = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "return_tokens": True}
+    plain = post(server, "/completion", base).json()
+    first = plain["tokens"][0]
+    piece = post(server, "/detokenize", {"tokens": [first]}).json()["content"]
+    for bias in ([[first, False]], {str(first): -100}, [[piece, -100]]):
+        out = post(server, "/completion", {**base, "logit_bias": bias}).json()
+        assert first not in out["tokens"], bias
+    forced = post(server, "/completion", {**base, "logit_bias": [[42, 1000]]}).json()
+    assert forced["tokens"] and set(forced["tokens"]) == {42}
+    v1 = post(
+        server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logit_bias": {"42": 100}}
+    ).json()
+    assert v1["choices"][0]["text"] == post(server, "/detokenize", {"tokens": [42] * 4}).json()["content"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,14 @@ def test_greedy_is_argmax_and_penalty_follows_llama_cpp() -> None:
 def test_bad_values_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SamplingConfig(**kwargs)
+
+
+def test_logit_bias_comes_first_and_can_ban_a_token() -> None:
+    logits = np.array([0.0, 5.0, 1.0, 4.0], dtype=np.float32)
+    banned = Sampler(SamplingConfig(temperature=0.0, logit_bias=((1, -math.inf),)))
+    assert banned.pick(logits, []) == 3
+    pushed = Sampler(SamplingConfig(temperature=0.0, logit_bias=((2, 2.0), (2, 2.5))))  # listed twice: both
+    assert pushed.pick(logits, []) == 2
+    sampled = Sampler(SamplingConfig(temperature=1.0, seed=1, top_k=0, logit_bias=((1, -math.inf), (3, -math.inf))))
+    assert {sampled.pick(logits, []) for _ in range(200)} <= {0, 2}
+    assert logits[1] == 5.0  # the caller's row is not changed

@@ -1,6 +1,6 @@
 """Turning one row of logits into one token, the way plain decoding would.
 
-The order follows llama.cpp's default sampler chain: repeat penalty -> top-k -> top-p ->
+The order follows llama.cpp's default sampler chain: logit bias -> repeat penalty -> top-k -> top-p ->
 min-p (on the untempered distribution) -> temperature -> draw. A draw consumes exactly one
 uniform number, so with the same seed the n-th generated token uses the n-th number whether
 or not drafts were verified: speculative output then equals plain output token for token.
@@ -29,6 +29,10 @@ class SamplingConfig:
     repeat_penalty: float = 1.0  # > 1 discourages tokens seen in the last repeat_last_n
     repeat_last_n: int = 64  # how far back the repeat penalty looks
     seed: int | None = None  # None = fresh entropy
+    # (token, bias) added to that token's logit before anything else (-inf bans it), as
+    # llama.cpp's logit_bias; a token listed twice gets both. Part of the target
+    # distribution: drafts are verified against the biased logits, so output stays exact.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.temperature < math.inf:
@@ -45,6 +49,8 @@ class SamplingConfig:
             raise ConfigError(f"repeat_last_n must be >= 0, got {self.repeat_last_n}")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ConfigError(f"seed must be in [0, 2**64), got {self.seed}")
+        if any(tok < 0 or math.isnan(bias) or bias == math.inf for tok, bias in self.logit_bias):
+            raise ConfigError("logit_bias needs token ids >= 0 and biases that are numbers or -inf")
 
     @property
     def greedy(self) -> bool:
@@ -64,6 +70,15 @@ def penalize(logits: npt.NDArray[np.float32], recent: Sequence[int], penalty: fl
     return out
 
 
+def bias_logits(logits: npt.NDArray[np.float32], bias: Sequence[tuple[int, float]]) -> npt.NDArray[np.float32]:
+    """`logits` with each (token, bias) added, on a copy; ids past the row are skipped."""
+    out = np.array(logits, dtype=np.float32, copy=True)
+    for tok, b in bias:
+        if tok < len(out):
+            out[tok] += np.float32(b)
+    return out
+
+
 class Sampler:
     """Picks tokens from logits rows: greedy or seeded sampling, one uniform per token."""
 
@@ -74,6 +89,8 @@ class Sampler:
     def pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
         """The next token after `history` (all tokens so far, prompt included)."""
         cfg = self.config
+        if cfg.logit_bias:
+            logits = bias_logits(logits, cfg.logit_bias)
         if cfg.repeat_penalty != 1.0:
             recent = history[-cfg.repeat_last_n :] if cfg.repeat_last_n > 0 else ()
             logits = penalize(logits, recent, cfg.repeat_penalty)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -27,6 +28,7 @@ from lookahead.server import errors
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job
+from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import Prepared, make_job, prepare
 from lookahead.server.native_run import Watch, follow
 from lookahead.server.native_schemas import (
@@ -190,6 +192,9 @@ async def answer(
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
     jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
+    bias = model_bias(model, body.logit_bias)
+    for job in jobs if bias else []:
+        job.sampling = replace(job.sampling, logit_bias=bias)
     for job in jobs:
         submit(service, job)
 

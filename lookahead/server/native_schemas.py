@@ -5,8 +5,8 @@ UI and test suite) can talk to this service unchanged.
 Fields llama.cpp has and this service does not act on are accepted and ignored when
 ignoring them does not change the text a client gets (`t_max_prompt_ms`, which llama.cpp
 itself does not implement; `cache_prompt`, `id_slot`, `n_keep`, ...); the few that would
-change it and are not implemented (`n_probs`, `logit_bias`, `grammar`, `json_schema`) are a
-400 naming the field.
+change it and are not implemented (`n_probs`, `grammar`, `json_schema`) are a 400 naming
+the field. `logit_bias` is read with the model's tokenizer (`logit_bias.py`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class NativeRequest(BaseModel):
     n_cmpl: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
     n: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
     n_probs: int = 0
-    logit_bias: Any = None
+    logit_bias: Any = None  # read with the model's tokenizer: `logit_bias.py`
     grammar: str | None = None
     json_schema: Any = None
     lookahead: LookaheadOptions | None = None
@@ -74,13 +74,6 @@ class NativeRequest(BaseModel):
     def _no_probs(cls, v: int) -> int:
         if v > 0:
             raise _unsupported("n_probs", "token probabilities are not reported")
-        return v
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, v: Any) -> Any:
-        if v:
-            raise _unsupported("logit_bias", "the sampler has no logit bias")
         return v
 
     @field_validator("grammar", "json_schema")

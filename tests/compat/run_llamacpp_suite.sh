@@ -12,7 +12,8 @@
 # --target lookahead (the default) starts tests/compat/llama_server_shim.py where the suite
 # starts llama-server; --target llama-server=PATH starts that binary through
 # tests/compat/real_llama_server.py (the suite's flags, the model options replaced by the
-# one model file). LOOKAHEAD_COMPAT_MODEL names the model every test runs on (default
+# one model file). PORT (the suite's) sets the port its servers listen on (default 8080), so
+# two runs can go side by side. LOOKAHEAD_COMPAT_MODEL names the model every test runs on (default
 # qwen2.5-coder-0.5b); LLAMACPP_SUITE_DIR where the suite and its venv are kept (default
 # .llamacpp-suite/). bench/llamacpp_suite_compare.py compares two --junit files.
 set -euo pipefail
@@ -31,15 +32,17 @@ while [ "$#" -gt 0 ]; do
     esac
 done
 case "$TARGET" in
-    lookahead) LAUNCH="\"$PY\" \"$ROOT/tests/compat/llama_server_shim.py\""; BIN="$WORK/targets/lookahead" ;;
+    lookahead) LAUNCH="\"$PY\" \"$ROOT/tests/compat/llama_server_shim.py\""; TARGET_NAME=lookahead ;;
     llama-server=*)
         SERVER="$(realpath "${TARGET#llama-server=}")"
         [ -x "$SERVER" ] || { echo "error: $SERVER is not an executable llama-server" >&2; exit 2; }
-        LAUNCH="\"$PY\" \"$ROOT/tests/compat/real_llama_server.py\" \"$SERVER\""; BIN="$WORK/targets/llama-server" ;;
+        LAUNCH="\"$PY\" \"$ROOT/tests/compat/real_llama_server.py\" \"$SERVER\""; TARGET_NAME=llama-server ;;
     *) echo "error: --target must be lookahead or llama-server=PATH, got $TARGET" >&2; exit 2 ;;
 esac
 VERSION="$("$PY" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
-mkdir -p "$BIN"
+# each run its own launcher, so runs from two checkouts (or targets) do not overwrite it
+mkdir -p "$WORK/targets"
+BIN="$(mktemp -d "$WORK/targets/$TARGET_NAME.XXXXXX")"
 
 if [ ! -f "$WORK/tests/utils.py" ]; then
     "$PY" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$WORK/sdist"
