@@ -120,7 +120,7 @@ def test_infill_on_a_model_without_fim_tokens_is_a_clear_400(server: Running) ->
 @pytest.mark.parametrize(
     ("path", "body", "needle"),
     [
-        ("/completion", {"prompt": "hi", "n_probs": 3}, "n_probs"),
+        ("/completion", {"prompt": "hi", "n_probs": -1}, "n_probs"),
         ("/completion", {"prompt": "hi", "logit_bias": [[10**9, -100]]}, "logit_bias"),
         ("/completion", {"prompt": "hi", "logit_bias": [[15, "x"]]}, "logit_bias"),
         ("/v1/completions", {"prompt": "hi", "logit_bias": 3}, "logit_bias"),
@@ -246,3 +246,22 @@ def test_logit_bias_bans_tokens_by_id_or_text_on_every_route(server: Running) ->
         server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logit_bias": {"42": 100}}
     ).json()
     assert v1["choices"][0]["text"] == post(server, "/detokenize", {"tokens": [42] * 4}).json()["content"]
+
+
+def test_n_probs_reports_each_tokens_logprob_and_candidates(server: Running) -> None:
+    base = {"prompt": PROMPT, "n_predict": 5, "temperature": 0, "n_probs": 3, "return_tokens": True}
+    out = post(server, "/completion", base).json()
+    probs = out["completion_probabilities"]
+    assert [p["id"] for p in probs] == out["tokens"] and len(probs) == 5
+    for p in probs:
+        assert p["logprob"] <= 0 and isinstance(p["token"], str) and isinstance(p["bytes"], list)
+        tops = p["top_logprobs"]
+        assert len(tops) == 3 and tops[0]["id"] == p["id"]  # greedy: the most likely was picked
+        assert tops[0]["logprob"] == pytest.approx(p["logprob"]) and tops[0]["logprob"] >= tops[1]["logprob"]
+    with server.client(KEY) as c, c.stream("POST", "/completion", json={**base, "stream": True}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    streamed = [p for e in events if not e["stop"] for p in e.get("completion_probabilities", [])]
+    assert [p["id"] for p in streamed] == out["tokens"]
+    post_probs = post(server, "/completion", {**base, "temperature": 1, "post_sampling_probs": True, "seed": 1})
+    for p in post_probs.json()["completion_probabilities"]:
+        assert 0 < p["prob"] <= 1 and sum(t["prob"] for t in p["top_probs"]) <= 1 + 1e-6

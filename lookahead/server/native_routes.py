@@ -183,7 +183,15 @@ async def answer(
     first = prepared[0]
     prompt_text = await run_in_threadpool(text_of, model, first.tokens, True)
     shapes = [
-        NativeShape(service.config.model_id, prompt_text, len(p.tokens), settings(body), body.return_tokens, i)
+        NativeShape(
+            service.config.model_id,
+            prompt_text,
+            len(p.tokens),
+            settings(body),
+            body.return_tokens,
+            i,
+            model.backend.token_bytes,
+        )
         for i, p in enumerate(prepared)
     ]
     if body.n_predict == 0:  # llama.vim's and llama.vscode's requests that only bring new context
@@ -262,9 +270,10 @@ async def stream_lines(
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
                 yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
                 break
-            text, tokens = item
+            text, tokens, probs = item
             n_predicted += len(tokens)
-            yield "data: " + json.dumps(shape.partial(text, tokens, n_predicted), separators=(",", ":")) + "\n\n"
+            part = shape.partial(text, tokens, n_predicted, probs)
+            yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
     except APIError as exc:
         status = str(exc.status)
         yield "data: " + json.dumps(errors.error_body(exc.status, exc.message)) + "\n\n"

@@ -5,8 +5,8 @@ UI and test suite) can talk to this service unchanged.
 Fields llama.cpp has and this service does not act on are accepted and ignored when
 ignoring them does not change the text a client gets (`t_max_prompt_ms`, which llama.cpp
 itself does not implement; `cache_prompt`, `id_slot`, `n_keep`, ...); the few that would
-change it and are not implemented (`n_probs`, `grammar`, `json_schema`) are a 400 naming
-the field. `logit_bias` is read with the model's tokenizer (`logit_bias.py`).
+change it and are not implemented (`grammar`, `json_schema`) are a 400 naming the field.
+`logit_bias` is read with the model's tokenizer (`logit_bias.py`).
 """
 
 from __future__ import annotations
@@ -63,18 +63,12 @@ class NativeRequest(BaseModel):
     return_tokens: bool = False
     n_cmpl: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
     n: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
-    n_probs: int = 0
+    n_probs: int = Field(default=0, ge=0)  # completion_probabilities: the n most likely tokens at each
+    post_sampling_probs: bool = False  # ... of the distribution drawn from, not the model's
     logit_bias: Any = None  # read with the model's tokenizer: `logit_bias.py`
     grammar: str | None = None
     json_schema: Any = None
     lookahead: LookaheadOptions | None = None
-
-    @field_validator("n_probs")
-    @classmethod
-    def _no_probs(cls, v: int) -> int:
-        if v > 0:
-            raise _unsupported("n_probs", "token probabilities are not reported")
-        return v
 
     @field_validator("grammar", "json_schema")
     @classmethod
@@ -112,6 +106,8 @@ class NativeRequest(BaseModel):
             repeat_penalty=self.repeat_penalty if "penalties" in on else 1.0,
             repeat_last_n=self.repeat_last_n,
             seed=seed,
+            n_probs=self.n_probs,
+            post_sampling_probs=self.post_sampling_probs,
         )
 
 
