@@ -159,7 +159,8 @@ def test_props_and_slots(server: Running) -> None:
         slots = c.get("/slots").json()
     assert props["model_path"].endswith(".gguf") and props["total_slots"] == 1
     assert props["default_generation_settings"]["n_ctx"] == 2048
-    assert len(slots) == 1 and slots[0]["n_ctx"] == 2048
+    assert len(slots) == 1 and slots[0]["n_ctx"] == 2048 and slots[0]["is_processing"] is False
+    assert props["endpoint_slots"] is True
 
 
 def test_openai_routes_without_v1_and_any_model_name(server: Running) -> None:

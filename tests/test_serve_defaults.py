@@ -1,6 +1,6 @@
 """llama-server's server-wide flags on `lookahead serve`: `--alias` (the model name reported),
-`--temp`, `--seed`, `--n-predict` (defaults for a request that leaves the field out) and
-`--cors-origins` (which browser origins get CORS headers)."""
+`--temp`, `--seed`, `--n-predict` (defaults for a request that leaves the field out),
+`--cors-origins` (which browser origins get CORS headers) and `--no-slots`."""
 
 from __future__ import annotations
 
@@ -100,6 +100,7 @@ def server(smol_path: Path) -> Iterator[Running]:
         model_id=ALIAS,
         defaults=RequestDefaults(temperature=0.0, seed=7, n_predict=5),
         cors_origins=("https://app.example.com", "localhost"),
+        slots_endpoint=False,
     )
     with serving(config, lambda: load(smol_path, backend=BackendConfig(n_ctx=1024, n_threads=1))) as running:
         yield running
@@ -146,3 +147,12 @@ def test_an_origin_not_listed_gets_no_cors_header(server: Running) -> None:
     assert listed.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
     assert local.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
     assert evil_get.status_code == 200 and "access-control-allow-origin" not in evil_get.headers
+
+
+@pytest.mark.model
+def test_slots_can_be_turned_off_as_in_llama_server(server: Running) -> None:
+    with server.client() as c:
+        r = c.get("/slots")
+        props = c.get("/props").json()
+    assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+    assert props["endpoint_slots"] is False

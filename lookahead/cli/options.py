@@ -185,6 +185,9 @@ ServeNPredictOption = Annotated[
         "[default: the API's: 16 for /v1/completions, no limit elsewhere].",
     ),
 ]
+SlotsOption = Annotated[
+    bool, typer.Option("--slots/--no-slots", help="Serve GET /slots (the slots and whether each is busy).")
+]
 CorsOriginsOption = Annotated[
     str,
     typer.Option(

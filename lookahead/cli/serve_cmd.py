@@ -110,6 +110,7 @@ def run_serve(
     alias: str | None = None,
     defaults: RequestDefaults | None = None,
     cors_origins: str = "*",
+    slots_endpoint: bool = True,
 ) -> int:
     import uvicorn
 
@@ -154,6 +155,7 @@ def run_serve(
         replica_id=replica_id,
         defaults=defaults or RequestDefaults(),
         cors_origins=origins,
+        slots_endpoint=slots_endpoint,
     )
     if index_file is not None and not config.remembers:
         err.print(

@@ -27,6 +27,7 @@ from lookahead.cli.options import (
     ServeNPredictOption,
     ServeSeedOption,
     ServeTempOption,
+    SlotsOption,
     ThreadsOption,
 )
 from lookahead.models import catalog as models
@@ -70,6 +71,7 @@ def serve(
     seed: ServeSeedOption = None,
     n_predict: ServeNPredictOption = None,
     cors_origins: CorsOriginsOption = "*",
+    slots: SlotsOption = True,
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics) that keeps one model warm and drafts from what it has seen.
@@ -109,4 +111,5 @@ def serve(
             alias=alias,
             defaults=from_options(temp, seed, n_predict),
             cors_origins=cors_origins,
+            slots_endpoint=slots,
         )

@@ -39,6 +39,7 @@ class ServeConfig:
     # origins a browser page may call from: "*" = any (echoed back), "localhost" = pages on
     # this machine, else the exact origins listed (`compat.Cors`)
     cors_origins: tuple[str, ...] = ("*",)
+    slots_endpoint: bool = True  # GET /slots (off: 501, as llama-server with --no-slots)
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

@@ -96,7 +96,7 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
         "model_alias": svc.config.model_id,
         "model_path": str(getattr(model.backend, "path", "")),
         "modalities": {"vision": False, "video": False, "audio": False},
-        "endpoint_slots": True,
+        "endpoint_slots": svc.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
         "chat_template": model.backend.meta("tokenizer.chat_template") or "",
@@ -110,8 +110,14 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
 @router.get("/slots")
 async def slots(request: Request, caller: Caller) -> list[dict[str, Any]]:
     svc = ready(request)
-    n_ctx = worker_of(svc).n_ctx
-    return [{"id": i, "n_ctx": n_ctx, "speculative": True} for i in range(slot_count(svc))]
+    if not svc.config.slots_endpoint:
+        raise APIError(501, "this server does not serve /slots: start it with --slots")
+    worker = worker_of(svc)
+    running = worker.running  # which slot a request runs in is not tracked: the first ones
+    return [
+        {"id": i, "n_ctx": worker.n_ctx, "speculative": True, "is_processing": i < running}
+        for i in range(slot_count(svc))
+    ]
 
 
 def model_of(service: Service) -> Any:

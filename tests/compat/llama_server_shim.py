@@ -2,7 +2,8 @@
 
 The suite's `utils.py` runs the program named by LLAMA_SERVER_BIN_PATH with llama-server's
 options; this reads the ones that describe the service (host, port, API key, context size,
-slots, model alias, the request defaults `--temp`, `--seed` and `--n-predict`, CORS origins)
+slots, model alias, the request defaults `--temp`, `--seed` and `--n-predict`, CORS origins,
+`--no-slots`)
 and starts `lookahead serve` with them on one model for every test: LOOKAHEAD_COMPAT_MODEL
 (default: the default model, Qwen2.5-Coder-0.5B). The model options (`--hf-repo`,
 `--model`, ...) and the rest (`--batch-size`, `--jinja`, ...) are read and left unused: the
@@ -34,6 +35,8 @@ def serve_args(argv: list[str]) -> list[str]:
     p.add_argument("--seed", "-s")
     p.add_argument("--n-predict", "-n")
     p.add_argument("--cors-origins")
+    p.add_argument("--slots", action="store_true")
+    p.add_argument("--no-slots", action="store_true")
     known, _ = p.parse_known_args(argv)
     args = [
         "serve",
@@ -61,6 +64,8 @@ def serve_args(argv: list[str]) -> list[str]:
     ):
         if value is not None:
             args += [flag, value]
+    if known.no_slots and not known.slots:
+        args.append("--no-slots")
     return args
 
 

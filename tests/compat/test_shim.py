@@ -42,8 +42,8 @@ def test_the_service_options_carry_over(monkeypatch: pytest.MonkeyPatch) -> None
         "tinyllama-2",
     ]
     args = serve_args(argv)
-    assert args[:3] == ["serve", "--model", "qwen2.5-coder-0.5b"]
-    pairs = dict(zip(args[3::2], args[4::2], strict=True))
+    assert args[:3] == ["serve", "--model", "qwen2.5-coder-0.5b"] and args[-1] == "--no-slots"
+    pairs = dict(zip(args[3:-1:2], args[4:-1:2], strict=True))
     assert pairs == {
         "--host": "127.0.0.1",
         "--port": "8080",
