@@ -127,6 +127,10 @@ def test_infill_on_a_model_without_fim_tokens_is_a_clear_400(server: Running) ->
         ("/completion", {"prompt": "hi", "grammar": "root ::= x"}, "grammar"),
         ("/completion", {"prompt": ""}, "empty"),
         ("/completion", {"prompt": [10**9]}, "not in the vocabulary"),
+        ("/completion", {"prompt": []}, "empty"),
+        ("/completion", {"prompt": {"prompt_string": "hi", "multimodal_data": ["eA=="]}}, "multimodal_data"),
+        ("/completion", {"prompt": [[1, 2], 3.5]}, "a prompt is"),
+        ("/completion", {"prompt": ["a", "b"], "stream": True}, "several prompts"),
         ("/completion", {"prompt": "word " * 3000}, "context size"),
         ("/completion", {"prompt": "hi", "stream": True, "n_cmpl": 2}, "n_cmpl"),
         ("/infill", {"input_prefix": "a"}, "input_suffix"),
@@ -266,3 +270,16 @@ def test_n_probs_reports_each_tokens_logprob_and_candidates(server: Running) -> 
     post_probs = post(server, "/completion", {**base, "temperature": 1, "post_sampling_probs": True, "seed": 1})
     for p in post_probs.json()["completion_probabilities"]:
         assert 0 < p["prob"] <= 1 and sum(t["prob"] for t in p["top_probs"]) <= 1 + 1e-6
+
+
+def test_a_list_of_prompts_is_answered_with_a_list_in_order(server: Running) -> None:
+    ids = post(server, "/tokenize", {"content": PROMPT, "add_special": True}).json()["tokens"]
+    base = {"n_predict": 4, "temperature": 0}
+    one = post(server, "/completion", {**base, "prompt": PROMPT}).json()
+    several = post(server, "/completion", {**base, "prompt": [ids, PROMPT, {"prompt_string": PROMPT}, "x = 1"]})
+    answers = several.json()
+    assert isinstance(answers, list) and [a["index"] for a in answers] == [0, 1, 2, 3]
+    assert [a["content"] for a in answers[:3]] == [one["content"]] * 3
+    assert answers[3]["tokens_evaluated"] < answers[0]["tokens_evaluated"]
+    mixed = post(server, "/completion", {**base, "prompt": [*ids[:2], "fibonacci", 13]}).json()
+    assert isinstance(mixed, dict) and mixed["tokens_evaluated"] > 3  # ids and text: one prompt

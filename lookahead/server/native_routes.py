@@ -173,25 +173,29 @@ async def answer(
     worker = worker_of(service)
     memory = service.memory
     partition = memory.partition(caller) if memory is not None else ""
-    n = body.completions()
+    # one body per answer: each prompt of a list of prompts, each n_cmpl times
+    prompts = body.prompts() if isinstance(body, CompletionRequest) else [None]
+    per_prompt = [body if p is None else body.model_copy(update={"prompt": p}) for p in prompts]
+    answers = [b for b in per_prompt for _ in range(body.completions())]
+    n = len(answers)
     if body.stream and n > 1:
-        raise APIError(400, "n_cmpl > 1 is not supported with stream", param="n_cmpl")
+        raise APIError(400, "several prompts or n_cmpl > 1 are not supported with stream", param="n_cmpl")
 
     def prepare_all() -> list[Prepared]:
         with admission():
             worker.check_room()  # 429 before any work
         return [
-            prepare(model, body, worker.n_ctx, memory.source(partition) if memory is not None else None)
-            for _ in range(n)
+            prepare(model, b, worker.n_ctx, memory.source(partition) if memory is not None else None)
+            for b in answers
         ]
 
     prepared = await run_in_threadpool(prepare_all)
     first = prepared[0]
-    prompt_text = await run_in_threadpool(text_of, model, first.tokens, True)
+    prompt_texts = [await run_in_threadpool(text_of, model, p.tokens, True) for p in prepared]
     shapes = [
         NativeShape(
             service.config.model_id,
-            prompt_text,
+            prompt_texts[i],
             len(p.tokens),
             settings(body),
             body.return_tokens,

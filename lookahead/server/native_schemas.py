@@ -127,17 +127,49 @@ class InfillRequest(NativeRequest):
     prompt: StrictStr = ""
 
 
-class CompletionRequest(NativeRequest):
-    """`/completion`: the prompt as text, as token ids, or a mix (llama.cpp's forms)."""
+Prompt = str | list[int | str]  # one prompt: text, token ids, or a mix of both
 
-    prompt: StrictStr | list[int | StrictStr]
 
-    @field_validator("prompt")
-    @classmethod
-    def _not_empty(cls, v: str | list[int | str]) -> str | list[int | str]:
+def _one_prompt(v: Any) -> Prompt:
+    """One prompt in any of llama.cpp's forms, the object form (`{"prompt_string": ...}`) read
+    to its text; ValueError for what is not a prompt."""
+    if isinstance(v, dict):
+        if v.get("multimodal_data"):
+            raise ValueError("multimodal_data is not supported by this server (text models only)")
+        v = v.get("prompt_string")
+    if isinstance(v, str):
         if not v:
             raise ValueError("the prompt is empty")
         return v
+    if isinstance(v, list) and v and all(isinstance(t, int | str) and not isinstance(t, bool) for t in v):
+        return list(v)
+    raise ValueError("a prompt is a text, a list of token ids (texts may be mixed in), or {'prompt_string': text}")
+
+
+class CompletionRequest(NativeRequest):
+    """`/completion`: the prompt as text, as token ids, or a mix (llama.cpp's forms), or a
+    list of such prompts (each answered in turn, the answer a list), read as llama.cpp reads
+    them: a list of ids, or of ids and texts, is one prompt; any other list is several."""
+
+    prompt: StrictStr | dict[str, Any] | list[Any]
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompts_readable(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("the prompt is empty")
+        cls.split(v)
+        return v
+
+    @staticmethod
+    def split(v: Any) -> list[Prompt]:
+        if isinstance(v, list) and not any(isinstance(t, int) and not isinstance(t, bool) for t in v):
+            return [_one_prompt(p) for p in v]  # texts, id lists, objects: one prompt each
+        return [_one_prompt(v)]
+
+    def prompts(self) -> list[Prompt]:
+        """The request's prompts, each as text, ids or a mix."""
+        return self.split(self.prompt)
 
 
 class TokenizeRequest(BaseModel):
