@@ -156,3 +156,36 @@ def test_slots_can_be_turned_off_as_in_llama_server(server: Running) -> None:
         props = c.get("/props").json()
     assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
     assert props["endpoint_slots"] is False
+
+
+def test_several_hosts_are_each_bound() -> None:
+    import socket
+
+    from lookahead.cli.listen import bind_all, split_hosts
+    from lookahead.errors import UserError
+
+    assert split_hosts("127.0.0.1, ::1,127.0.0.1") == ["127.0.0.1", "::1"]
+    with pytest.raises(ConfigError):
+        split_hosts(" , ")
+    socks = bind_all(["127.0.0.1", "[::1]"] if socket.has_ipv6 else ["127.0.0.1"], 0)
+    try:
+        assert socks[0].getsockname()[0] == "127.0.0.1"
+        taken = socks[0].getsockname()[1]
+        socks[0].listen()
+        with pytest.raises(UserError, match="cannot listen on 127.0.0.1"):
+            bind_all(["127.0.0.1"], taken)
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.model
+def test_aliases_and_tags_are_listed_with_the_model(smol_path: Path) -> None:
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+
+    config = ServeConfig(model_id="code", aliases=("code", "fim", "tiny"), tags=("chat", "small"))
+    with serving(config, lambda: load(smol_path, backend=BackendConfig(n_ctx=512, n_threads=1))) as running:
+        with running.client() as c:
+            (entry,) = c.get("/models").json()["data"]
+    assert entry["id"] == "code" and entry["aliases"] == ["code", "fim", "tiny"] and entry["tags"] == ["chat", "small"]

@@ -164,7 +164,15 @@ FairOption = Annotated[
 # llama-server's server-wide flags, with its names: defaults for requests that leave a field out
 AliasOption = Annotated[
     str | None,
-    typer.Option("--alias", "-a", help="The model's name in /v1/models, /props and responses [default: --model]."),
+    typer.Option(
+        "--alias",
+        "-a",
+        help="The model's name in /v1/models, /props and responses [default: --model]; several, "
+        "comma-separated, are all listed as aliases and the first in sorted order is the name.",
+    ),
+]
+TagsOption = Annotated[
+    str | None, typer.Option("--tags", help="Comma-separated tags listed with the model in /v1/models.")
 ]
 ServeTempOption = Annotated[
     float | None,

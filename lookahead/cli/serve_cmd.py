@@ -12,6 +12,7 @@ from rich.console import Console
 
 from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import MAX_SEQ
+from lookahead.cli.listen import bind_all, split_hosts
 from lookahead.cli.models_cmd import _RichProgress
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
@@ -108,6 +109,7 @@ def run_serve(
     replica_id: str | None = None,
     grace_period: float = 25.0,
     alias: str | None = None,
+    tags: str | None = None,
     defaults: RequestDefaults | None = None,
     cors_origins: str = "*",
     slots_endpoint: bool = True,
@@ -131,19 +133,25 @@ def run_serve(
         raise ConfigError("--metrics-key is empty")
     parallel = check_parallel(parallel, draft.exact)
     origins = parse_origins(cors_origins)
-    if alias is not None and not alias.strip():
+    aliases = sorted({a.strip() for a in (alias or "").split(",") if a.strip()})
+    if alias is not None and not aliases:
         raise ConfigError("--alias is empty")
     replica_id = check_replica(replica_id, grace_period)
     err = Console(stderr=True)
-    check_port(host, port)
-    if not keys and not is_loopback(host):
+    hosts = split_hosts(host)
+    sockets = bind_all(hosts, port) if len(hosts) > 1 else None  # uvicorn binds one host itself
+    if sockets is None:
+        check_port(host, port)
+    if not keys and not all(is_loopback(h.strip("[]")) for h in hosts):
         err.print(
             f"[yellow]warning:[/yellow] listening on {host} without an API key: anyone who can reach "
             "this address can use the model (set --api-key or --api-key-file)",
             highlight=False,
         )
     config = ServeConfig(
-        model_id=alias.strip() if alias else model,
+        model_id=aliases[0] if aliases else model,  # as llama-server: the first in sorted order
+        aliases=tuple(aliases),
+        tags=tuple(sorted({t.strip() for t in (tags or "").split(",") if t.strip()})),
         api_keys=keys,
         max_queue=queue,
         shared_index=shared_index,
@@ -177,14 +185,15 @@ def run_serve(
         server.should_exit = True
 
     app.state.service.on_fatal = fatal
-    err.print(f"lookahead serving {model} on http://{host}:{port}/v1 (loading the model...)", highlight=False)
+    urls = ", ".join(f"http://{h if ':' not in h or h.startswith('[') else f'[{h}]'}:{port}/v1" for h in hosts)
+    err.print(f"lookahead serving {model} on {urls} (loading the model...)", highlight=False)
     logging.getLogger("lookahead.server").setLevel(log_level.upper())
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for the
     # handler that was there before it: make that one a no-op, so a clean shutdown exits 0
     # instead of dying by the signal it just handled.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
-    server.run()
+    server.run(sockets=sockets)
     if failed:
         raise UserError(f"could not load the model: {failed[0]}")
     return 0

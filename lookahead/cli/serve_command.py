@@ -28,6 +28,7 @@ from lookahead.cli.options import (
     ServeSeedOption,
     ServeTempOption,
     SlotsOption,
+    TagsOption,
     ThreadsOption,
 )
 from lookahead.models import catalog as models
@@ -67,6 +68,7 @@ def serve(
     replica_id: ReplicaIdOption = None,
     grace_period: GracePeriodOption = 25.0,
     alias: AliasOption = None,
+    tags: TagsOption = None,
     temp: ServeTempOption = None,
     seed: ServeSeedOption = None,
     n_predict: ServeNPredictOption = None,
@@ -109,6 +111,7 @@ def serve(
             replica_id=replica_id,
             grace_period=grace_period,
             alias=alias,
+            tags=tags,
             defaults=from_options(temp, seed, n_predict),
             cors_origins=cors_origins,
             slots_endpoint=slots,

@@ -15,6 +15,8 @@ class ServeConfig:
     """How the service runs. Built once at the edge (`lookahead serve`, tests)."""
 
     model_id: str  # the name clients see in /v1/models and may send as `model`
+    aliases: tuple[str, ...] = ()  # every name given with --alias (model_id is one of them)
+    tags: tuple[str, ...] = ()  # --tags, listed in /v1/models
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     max_queue: int = 16  # requests waiting beyond the running one; then 429
     shared_index: bool = True  # draft from earlier requests with the same key (see index_scope)

@@ -16,9 +16,19 @@ router = APIRouter()
 
 @router.get("/v1/models")
 async def list_models(service: ServiceDep, caller: Caller) -> dict[str, Any]:
+    config = service.config
     return {
         "object": "list",
-        "data": [{"id": service.config.model_id, "object": "model", "created": 0, "owned_by": "lookahead"}],
+        "data": [
+            {
+                "id": config.model_id,
+                "object": "model",
+                "created": 0,
+                "owned_by": "lookahead",
+                "aliases": list(config.aliases or (config.model_id,)),
+                "tags": list(config.tags),
+            }
+        ],
     }
 
 

@@ -35,6 +35,7 @@ def serve_args(argv: list[str]) -> list[str]:
     p.add_argument("--seed", "-s")
     p.add_argument("--n-predict", "-n")
     p.add_argument("--cors-origins")
+    p.add_argument("--tags")
     p.add_argument("--slots", action="store_true")
     p.add_argument("--no-slots", action="store_true")
     known, _ = p.parse_known_args(argv)
@@ -43,7 +44,7 @@ def serve_args(argv: list[str]) -> list[str]:
         "--model",
         os.environ.get("LOOKAHEAD_COMPAT_MODEL", DEFAULT_MODEL),
         "--host",
-        known.host.split(",")[0],
+        known.host,
         "--port",
         str(known.port),
         "--parallel",
@@ -61,6 +62,7 @@ def serve_args(argv: list[str]) -> list[str]:
         ("--seed", known.seed),
         ("--n-predict", known.n_predict),
         ("--cors-origins", known.cors_origins),
+        ("--tags", known.tags),
     ):
         if value is not None:
             args += [flag, value]
