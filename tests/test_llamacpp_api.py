@@ -312,3 +312,18 @@ def test_openai_logprobs_on_chat_and_completions(server: Running) -> None:
     assert lp.text_offset == sorted(lp.text_offset or []) and (lp.text_offset or [1])[0] == 0
     plain = client.chat.completions.create(model="m", messages=msgs, max_tokens=2, temperature=0)
     assert plain.choices[0].logprobs is None
+
+
+def test_a_chat_stream_opens_with_the_role_alone_and_ends_with_timings(server: Running) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with server.client(KEY) as c, c.stream("POST", "/chat/completions", json=body) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert all("role" not in e["choices"][0]["delta"] for e in events[1:] if e["choices"])
+    usage = events[-1]
+    assert usage["choices"] == [] and usage["timings"]["predicted_n"] == usage["usage"]["completion_tokens"]

@@ -101,6 +101,9 @@ async def sse(
     pending: list[TokenProbs] = []  # with logprobs: those of tokens not yet sent
     try:
         first = True
+        if shape.chat:  # the role first, alone, as OpenAI and llama-server send it
+            yield {"data": json.dumps(shape.role_chunk())}
+            first = False
         while True:
             item = await job.events.get()
             if item is END:

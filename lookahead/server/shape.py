@@ -13,6 +13,7 @@ from lookahead.core.engine import Result
 from lookahead.core.sampling import TokenProbs
 from lookahead.server.accounting import prediction_counts
 from lookahead.server.logprobs import Piece, chat_logprobs, completion_logprobs
+from lookahead.server.native_shape import timings
 from lookahead.server.schemas import CompletionRequest, _Common
 
 
@@ -92,6 +93,7 @@ class Shape:
         out["choices"] = [choice]
         out["usage"] = self.usage(result)
         out["lookahead"] = self.stats(result)
+        out["timings"] = self.timings(result)
         return out
 
     def chunk(self, text: str, finish: str | None, first: bool, probs: Sequence[TokenProbs] = ()) -> dict[str, Any]:
@@ -108,9 +110,22 @@ class Shape:
         out["choices"] = [choice]
         return out
 
+    def role_chunk(self) -> dict[str, Any]:
+        """A chat stream's first chunk: the role alone, before any text (as OpenAI and llama-server)."""
+        out = self._head("chat.completion.chunk")
+        delta = {"role": "assistant", "content": None}
+        out["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]
+        return out
+
     def usage_chunk(self, result: Result) -> dict[str, Any]:
         out = self._head("chat.completion.chunk" if self.chat else "text_completion")
         out["choices"] = []
         out["usage"] = self.usage(result)
         out["lookahead"] = self.stats(result)
+        out["timings"] = self.timings(result)
         return out
+
+    def timings(self, result: Result) -> dict[str, Any]:
+        """llama.cpp's `timings` object, as llama-server adds it to OpenAI's responses."""
+        cached = result.stats.tokens_cached
+        return timings(result.stats, self.prompt_tokens - cached, cached)
