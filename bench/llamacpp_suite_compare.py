@@ -8,7 +8,8 @@ those fail on llama-server too with another model.
         --out bench/results/llamacpp-suite-COMMIT --note "2-vCPU AMD EPYC, shared"
 
 writes OUT.json (per test: its outcome on each side) and OUT.md (a table per file, and the
-tests that pass on llama-server and not on lookahead).
+tests that pass on llama-server and not on lookahead). Several lookahead files may be given
+(a full run, then a rerun of some tests at a later commit): a test's outcome is its last.
 """
 
 from __future__ import annotations
@@ -93,11 +94,14 @@ def table(result: dict[str, object], note: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reference", type=Path, help="junit XML of the run against llama-server")
-    p.add_argument("candidate", type=Path, help="junit XML of the run against lookahead serve")
+    p.add_argument("candidate", type=Path, nargs="+", help="junit XML of the run(s) against lookahead serve")
     p.add_argument("--out", type=Path, required=True, help="write OUT.json and OUT.md")
     p.add_argument("--note", default="", help="the machine and model, written above the table")
     args = p.parse_args()
-    result = compare(read_junit(args.reference), read_junit(args.candidate))
+    candidate: Outcomes = {}
+    for path in args.candidate:
+        candidate.update(read_junit(path))
+    result = compare(read_junit(args.reference), candidate)
     result["note"] = args.note
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
