@@ -42,10 +42,12 @@ def read_junit(path: Path) -> Outcomes:
 
 
 def compare(reference: Outcomes, candidate: Outcomes) -> dict[str, object]:
-    """Per file: tests run, passing on the reference, of those passing on the candidate."""
+    """Per file: tests run on both, passing on the reference, of those passing on the
+    candidate (tests only one side ran are listed apart, not counted)."""
     files: dict[str, dict[str, int]] = defaultdict(lambda: {"tests": 0, "reference": 0, "both": 0, "candidate": 0})
     lost = []
-    for name in sorted(set(reference) | set(candidate)):
+    both_ran = set(reference) & set(candidate)  # a run cut short compares on what both ran
+    for name in sorted(both_ran):
         row = files[name.split("::")[0]]
         row["tests"] += 1
         ref_ok = reference.get(name) == "passed"
@@ -62,9 +64,10 @@ def compare(reference: Outcomes, candidate: Outcomes) -> dict[str, object]:
         "ratio": total["both"] / total["reference"] if total["reference"] else None,
         "pass_on_llama_server_only": lost,
         "pass_on_lookahead_only": sorted(
-            n for n in candidate if candidate[n] == "passed" and reference.get(n) != "passed"
+            n for n in both_ran if candidate[n] == "passed" and reference[n] != "passed"
         ),
-        "tests": {n: {"llama-server": reference.get(n), "lookahead": candidate.get(n)} for n in sorted(reference)},
+        "run_on_one_side_only": sorted(set(reference) ^ set(candidate)),
+        "tests": {n: {"llama-server": reference.get(n), "lookahead": candidate.get(n)} for n in sorted(both_ran)},
     }
 
 
