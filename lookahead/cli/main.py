@@ -21,12 +21,14 @@ from lookahead.cli.options import (
     CtxSizeOption,
     DeprecatingGroup,
     ExactOption,
+    FairnessSlackOption,
     FairOption,
     GracePeriodOption,
     IndexScopeOption,
     JsonOption,
     KMaxOption,
     KOption,
+    KvUnifiedOption,
     LiveOption,
     MaxTokensOption,
     MinPOption,
@@ -198,8 +200,7 @@ def serve(
         str | None, typer.Option("--api-key", help="Require 'Authorization: Bearer KEY' on every /v1 call.")
     ] = None,
     api_key_file: Annotated[
-        Path | None,
-        typer.Option("--api-key-file", help="Keys, one per line; each key drafts only from its own requests."),
+        Path | None, typer.Option("--api-key-file", help="Keys, one per line; each drafts only from its own requests.")
     ] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait for the model; more get 429.")] = 16,
     n_ctx: CtxSizeOption = CTX_SIZE,
@@ -219,7 +220,9 @@ def serve(
     k_max: KMaxOption = DRAFT.k_max,
     budget: BudgetOption = DRAFT.budget,
     parallel: ParallelOption = -1,
-    fair: FairOption = False,
+    fair: FairOption = None,
+    fairness_slack: FairnessSlackOption = None,
+    kv_unified: KvUnifiedOption = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     replica_id: ReplicaIdOption = None,
     grace_period: GracePeriodOption = 25.0,
@@ -234,13 +237,9 @@ def serve(
     from lookahead.cli.extras import require
 
     require("serve", "serve")  # before anything imports the service's packages
-    from lookahead.cli.serve_cmd import read_keys, run_serve
-    from lookahead.core.draft_state import DraftConfig
+    from lookahead.cli.serve_cmd import read_keys, run_serve, serve_draft
 
     with handled():
-        if log_level not in ("debug", "info", "warning", "error"):
-            fail(f"--log-level must be debug, info, warning or error, got {log_level}")
-        draft = DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget, fair=fair)
         run_serve(
             model=model,
             host=host,
@@ -253,9 +252,10 @@ def serve(
             index_file=index_file,
             index_scope=index_scope,
             metrics_key=metrics_key,
-            draft=draft,
+            draft=serve_draft(no_spec, exact, k_max, budget, fair, fairness_slack),
             log_level=log_level,
             parallel=parallel,
+            kv_unified=kv_unified,
             replica_id=replica_id,
             grace_period=grace_period,
         )

@@ -140,14 +140,14 @@ class Batch:
         budget: int = 64,
         min_gain: float = 1.0,
         chunk: int = PREFILL_CHUNK,
-        per_request: bool = False,
+        slack: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.verifier = verifier
         self.cost = cost or CostModel()
         self.budget = budget
         self.min_gain = min_gain
-        self.per_request = per_request  # draft only where no request's pace drops (allocate)
+        self.slack = slack  # the per-request promise: None = the batch's total (allocate)
         self.chunk = max(1, chunk)
         self.clock = clock
         self.waiting: deque[BatchRequest] = deque()
@@ -276,7 +276,7 @@ class Batch:
         drafts, offers = self._drafts(ready, nodes)
         if not ready:
             return []
-        counts = allocate(offers, self.cost, nodes, self.min_gain, self.per_request)
+        counts = allocate(offers, self.cost, nodes, self.min_gain, self.slack)
         drafts = [d.prefix(n) for d, n in zip(drafts, counts, strict=True)]
         t1 = self.clock()
         rows = v.verify([(r.slot, r.root, d) for r, d in zip(ready, drafts, strict=True)])
