@@ -313,3 +313,20 @@ def test_oracle_drafts_accept_many_tokens_a_step_stop_mid_path_and_prefill_in_ch
     assert any(0 < s.accepted < s.drafted for s in steps)  # the walk stopped mid-path
     assert any(s.accepted == s.drafted == 8 for s in steps)  # and went to the end of a draft
     assert model.n_used == 0
+
+
+def test_each_step_says_who_took_part_and_splits_its_time_by_the_batchs_clock() -> None:
+    """The step-timing bench charges each request the steps it took part in: a step lists
+    the requests it prefilled and verified, and its decodes fit inside the whole step."""
+    ticks = iter(range(10**6))
+    model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, chunk=16, clock=lambda: float(next(ticks)))
+    first = batch.add(prompt(0), config(0, False, 30))
+    batch.step()
+    assert batch.last.verified == [first.id] and batch.last.prefilled == [first.id]
+    long = batch.add(prompt(1, 40), config(1, False, 4))
+    batch.step()
+    info = batch.last
+    assert info.prefilled == [long.id] and info.verified == [first.id]
+    assert info.prefill_s > 0 and info.verify_s > 0
+    assert info.prefill_s + info.verify_s < info.step_s

@@ -24,7 +24,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -112,12 +112,17 @@ class BatchRequest(Request):
 
 @dataclass
 class StepInfo:
-    """What the last step did, for metrics: requests in the decode, tokens in it."""
+    """What the last step did, for metrics and the step-timing bench: requests in the
+    decode, tokens in it, and its time split by the batch's own clock."""
 
     requests: int = 0  # requests whose root was verified
     tokens: int = 0  # tokens in the verify decode (roots + draft nodes)
     prefill: int = 0  # prompt tokens prefilled this step
-    verify_s: float = 0.0
+    verify_s: float = 0.0  # the verify decode alone
+    prefill_s: float = 0.0  # the prefill chunks' decodes (every request of the step waits for them)
+    step_s: float = 0.0  # the whole step: admission, prefill, drafting, verify, acceptance
+    verified: list[int] = field(default_factory=list)  # ids of the requests in the verify
+    prefilled: list[int] = field(default_factory=list)  # ids of the requests prefilled this step
 
 
 class Batch:
@@ -206,6 +211,7 @@ class Batch:
     def step(self) -> list[tuple[BatchRequest, Event]]:
         """Admit, prefill one chunk, verify every ready request in one decode, accept."""
         v = self.verifier
+        start = self.clock()
         while self.waiting and self.free_slots > 0:
             req = self.waiting.popleft()
             req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
@@ -217,6 +223,7 @@ class Batch:
         events: list[tuple[BatchRequest, Event]] = []
         if ready:
             events = self._verify(ready, info)
+        info.step_s = self.clock() - start
         self.last = info
         return events
 
@@ -231,10 +238,13 @@ class Batch:
                 t0 = self.clock()
                 chunk = np.asarray(req.prompt[req.prefilled : req.prefilled + n], np.int32)
                 self.verifier.prefill(req.slot, chunk)
-                req.stats.prefill_s += self.clock() - t0
+                took = self.clock() - t0
+                req.stats.prefill_s += took
                 req.prefilled += n
                 left -= n
                 info.prefill += n
+                info.prefill_s += took
+                info.prefilled.append(req.id)
             if req.ready and not req.started:
                 req.started = True
                 req.start(self.clock)
@@ -286,6 +296,7 @@ class Batch:
         if self.after_verify is not None:
             self.after_verify(size, t2 - t1)
         info.requests, info.tokens, info.verify_s = len(ready), size, t2 - t1
+        info.verified = [r.id for r in ready]
         events: list[tuple[BatchRequest, Event]] = []
         for req, draft, r in zip(ready, drafts, rows, strict=True):
             events.extend(self._accept(req, draft, r, t2 - t1, (t1 - t0) / len(ready)))
