@@ -71,9 +71,9 @@ def test_the_promise_to_batched_requests_reaches_the_batch_config(monkeypatch: p
     ):
         assert runner.invoke(app, ["serve", "--parallel", "4", *args]).exit_code == 0
         assert seen["draft"].fairness_slack == slack and seen["parallel"] == 4
-        assert seen["kv_unified"] is True
-    assert runner.invoke(app, ["serve", "--parallel", "4", "--kv-per-request"]).exit_code == 0
-    assert seen["kv_unified"] is False
+        assert seen["kv_unified"] is False  # the default: one KV stream per request
+    assert runner.invoke(app, ["serve", "--parallel", "4", "--kv-unified"]).exit_code == 0
+    assert seen["kv_unified"] is True
 
 
 @pytest.mark.parametrize(

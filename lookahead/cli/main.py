@@ -222,7 +222,7 @@ def serve(
     parallel: ParallelOption = -1,
     fair: FairOption = None,
     fairness_slack: FairnessSlackOption = None,
-    kv_unified: KvUnifiedOption = True,
+    kv_unified: KvUnifiedOption = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     replica_id: ReplicaIdOption = None,
     grace_period: GracePeriodOption = 25.0,

@@ -174,8 +174,8 @@ KvUnifiedOption = Annotated[
     typer.Option(
         "--kv-unified/--kv-per-request",
         help="With --parallel: one KV cache shared by every request (tree drafts), or one per request "
-        "(chain drafts), so that on a batch-invariant model a request's output does not depend "
-        "on the requests beside it.",
+        "(chain drafts; the default), so that on a batch-invariant model a request's output does not "
+        "depend on the requests beside it.",
     ),
 ]
 

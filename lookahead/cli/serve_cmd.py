@@ -106,7 +106,7 @@ def run_serve(
     draft: DraftConfig,
     log_level: str,
     parallel: int = -1,
-    kv_unified: bool = True,
+    kv_unified: bool = False,
     index_scope: str | None = None,
     metrics_key: str | None = None,
     replica_id: str | None = None,

@@ -35,7 +35,7 @@ class BatchWorker(WorkerBase):
         max_queue: int,
         parallel: int,
         draft: DraftConfig | None = None,
-        kv_unified: bool = True,
+        kv_unified: bool = False,
     ) -> None:
         super().__init__(metrics, max_queue, capacity=parallel)
         self.model = model
