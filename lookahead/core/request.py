@@ -21,7 +21,7 @@ from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
 from lookahead.core.draft import Draft
 from lookahead.core.policy import Policy
-from lookahead.core.sampling import Sampler, SamplingConfig
+from lookahead.core.sampling import Sampler, SamplingConfig, TokenProbs
 from lookahead.core.text import TextStream
 from lookahead.errors import UserError
 
@@ -59,6 +59,7 @@ class Step:
     verify_s: float  # the llama_decode of root + draft
     draft_s: float  # proposing + choosing the draft
     alpha: float  # rolling accepted drafts per step, as the policy sees it
+    probs: tuple[TokenProbs, ...] = ()  # with sampling.n_probs: one per token emitted, in order
 
 
 @dataclass
@@ -223,6 +224,7 @@ class Request:
         whether the cache is full after the commit; `timing` is (verify_s, draft_s)."""
         verify_s, draft_s = timing
         path, bonus = accept(draft, rows, self.sampler.pick, self.history)
+        picked = self.sampler.take_probs()  # one per token of path + bonus, when asked for
         commit(draft, path)
         self.policy.observe(draft, path, verify_s, bonus)
 
@@ -255,6 +257,7 @@ class Request:
             verify_s=verify_s,
             draft_s=draft_s,
             alpha=self.policy.alpha,
+            probs=tuple(picked[: len(emitted)]),
         )
         if not done:
             return step, None

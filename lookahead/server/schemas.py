@@ -58,6 +58,7 @@ class _Common(BaseModel):
     n: int = Field(default=1, ge=1, le=1)  # one choice per request (see the README)
     prediction: Prediction | None = None
     lookahead: LookaheadOptions | None = None
+    logit_bias: Any = None  # token id (or text) -> bias, read with the model's tokenizer (`logit_bias.py`)
     # OpenAI fields this service does not implement, where ignoring them would change what
     # the client gets: a 400 naming the field (`unsupported.py`)
     response_format: Any = None
