@@ -2,7 +2,8 @@
 
 Ignoring them would hand the client something other than what it asked for (free text
 where it asked for JSON, no tool call where it offered tools), so a request that sets one
-gets a 400 naming the field. Values that ask for nothing (null, false, 0, an empty list, `{"type": "text"}`, `best_of: 1`) pass.
+gets a 400 naming the field. Values that ask for nothing (null, false, 0, an empty list,
+`{"type": "text"}`, `best_of: 1`) pass.
 """
 
 from __future__ import annotations
