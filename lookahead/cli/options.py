@@ -135,7 +135,9 @@ ParallelOption = Annotated[
         "--parallel",
         "-np",
         help="Requests decoded together in one batch per step; 1 = one at a time; "
-        "-1 = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2 (0 means the same).",
+        "-1 = what pays on this CPU: the largest N <= 4 whose batching bound N*t(1)/t(N) beats what "
+        "drafting gains one request at a time on the measured cost curve by 1.35x, else 1 "
+        "(0 means the same).",
     ),
 ]
 
@@ -152,12 +154,30 @@ IndexScopeOption = Annotated[
     ),
 ]
 FairOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--fair/--batch-total",
+        help="With --parallel, what a request is promised beside its neighbours' drafts: --fair, "
+        "that its expected pace never drops below its pace without drafts (no drafts while any "
+        "request gains nothing); --batch-total, nothing: the most tokens/s for the batch as a whole "
+        "(offline throughput). Default: --fairness-slack 0.1.",
+    ),
+]
+FairnessSlackOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fairness-slack",
+        help="With --parallel: verify drafts only where no request's expected pace drops more than "
+        "this fraction below its pace without drafts (0 = --fair). Default: 0.1.",
+    ),
+]
+KvUnifiedOption = Annotated[
     bool,
     typer.Option(
-        "--fair",
-        help="With --parallel: verify drafts only in steps where no request's expected pace drops "
-        "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
-        "with nothing to draft waits for its neighbours' draft nodes.",
+        "--kv-unified/--kv-per-request",
+        help="With --parallel: one KV cache shared by every request (tree drafts), or one per request "
+        "(chain drafts; the default), so that on a batch-invariant model a request's output does not "
+        "depend on the requests beside it.",
     ),
 ]
 
