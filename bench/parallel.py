@@ -117,7 +117,7 @@ def run_batched(
     `govern`: the thread governor chooses the count as `serve --parallel` does (else the
     count is the model backend's, pinned). `fair`: strict per-request fairness (slack 0)."""
     config = FAIR_DRAFTS if fair else DRAFTS
-    slots = LlamaSlots(model.backend, len(queues))
+    slots = LlamaSlots(model.backend, len(queues), separate=True)  # as serve: a KV stream per request
     try:
         batch = model.new_batch(slots, config, govern=govern)
         pending = [deque(q) for q in queues]
