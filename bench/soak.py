@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -345,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         args.batch_arg = batch_defaults()
     args.batch_arg = [a for a in args.batch_arg if a]
     path = models.resolve_model(args.model, models.default_cache_dir())
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the servers are stopped too
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         runs = [soak_one(args, path, n, Path(tmp)) for n in settings]
     for run in runs:
