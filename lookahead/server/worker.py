@@ -101,6 +101,6 @@ class Worker(WorkerBase):
             backend.interrupt = None
             if not job.cache_prompt:
                 backend.reset()  # free every KV cell, parked ones too
-            self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
+            self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0
