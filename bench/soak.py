@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -45,8 +44,9 @@ from typing import Any
 
 import httpx
 
+from bench.provenance import git_commit
+from bench.run import machine_info
 from bench.soak_report import markdown, metric, pct, verdict
-from lookahead.backend import probe
 from lookahead.models import catalog as models
 from lookahead.server.spawn import CHECKOUT, ServeProcess
 
@@ -312,15 +312,6 @@ def batch_defaults() -> list[str]:
     return [PER_REQUEST_KV] if PER_REQUEST_KV in out.stdout else []
 
 
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=CHECKOUT,
-                             capture_output=True, text=True, timeout=30)  # fmt: skip
-    except OSError:
-        return "unknown"
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m", help="a batch-invariant model, so outputs can be compared")
@@ -351,12 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         runs = [soak_one(args, path, n, Path(tmp)) for n in settings]
     for run in runs:
         print(json.dumps({k: v for k, v in run.items() if k != "log_tail"}, indent=1), flush=True)
+    machine = machine_info(args.threads)
     record = {
-        "commit": commit(),
+        "commit": git_commit() or "unknown",
         "model": args.model,
         "minutes": args.minutes,
         "clients": args.clients,
-        "machine": f"{platform.machine()}, {probe.cpu_model()}, {os.cpu_count()} CPUs",
+        "machine": f"{machine['cpu']} ({machine['arch']}), {machine['cpus_usable']} CPUs usable, "
+        f"llama-cpp-python {machine['versions']['llama-cpp-python']}",
+        "machine_info": machine,
         "note": args.note,
         "runs": runs,
         "passed": not any(run["failed"] for run in runs),
