@@ -34,7 +34,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench.provenance import cpu_label, git_commit
+from bench.provenance import run_info
 from bench.tasks import Task, load_tasks
 from lookahead.api import Model, load
 from lookahead.backend.llama import BackendConfig
@@ -235,12 +235,8 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = summarize(records, levels, bounds)
     kind_rows = summarize_kinds(records, levels)
-
     info = {
-        "model": args.model,
-        "cpu": cpu_label(),
-        "threads": args.threads,
-        "commit": git_commit() or "?",
+        **run_info(args.model, args.threads),
         "repeats": args.repeats,
         "max_tokens": args.max_tokens,
         "per_client": args.per_client,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import platform
 import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def git_commit() -> str | None:
@@ -29,3 +30,8 @@ def cpu_label() -> str:
     from lookahead.backend.probe import cpu_model
 
     return f"{cpu_model()} ({platform.machine()})"
+
+
+def run_info(model: str, threads: int | str) -> dict[str, Any]:
+    """The head of a bench's `info` record: the model, the CPU, the threads and the commit."""
+    return {"model": model, "cpu": cpu_label(), "threads": threads, "commit": git_commit() or "?"}

@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from bench.provenance import cpu_label, git_commit
+from bench.provenance import run_info
 from bench.tasks import load_tasks
 from lookahead.api import load
 from lookahead.backend.llama import BackendConfig
@@ -291,12 +291,8 @@ def main(argv: list[str] | None = None) -> None:
         mem_off, lambda: load(path, backend=backend)
     ) as off:
         mem_records = memory_runs(on, off, sequences, args.max_tokens)
-
     info = {
-        "model": args.model,
-        "cpu": cpu_label(),
-        "threads": args.threads or "all",
-        "commit": git_commit() or "?",
+        **run_info(args.model, args.threads or "all"),
         "max_tokens": args.max_tokens,
         "t1_ms": 1e3 * t1,
         "command": "python -m bench.serve" + (" --quick" if args.quick else "") + f" --model {args.model}",

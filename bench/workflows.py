@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.provenance import cpu_label, git_commit
+from bench.provenance import run_info
 from bench.tasks import load_tasks
 from bench.tasks_tune import tasks_of as tune_tasks_of
 from lookahead.api import Model, load
@@ -162,12 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repeat {rep + 1}/{args.repeats} done", flush=True)
 
     rows = summarize(records)
-
     info = {
-        "model": args.model,
-        "cpu": cpu_label(),
-        "threads": args.threads,
-        "commit": git_commit() or "?",
+        **run_info(args.model, args.threads),
         "repeats": args.repeats,
         "context_files": len(context.files) if context else 0,
         "context_tokens": context.n_tokens if context else 0,
