@@ -5,10 +5,12 @@ mixed, on loopback only. Not a test: a script that reports figures.
     python -m bench.soak --minutes 1 --no-save   # a quick check
 
 For each `--parallel` value in turn, one `lookahead serve` process (127.0.0.1, a free port,
-an API key) and `--clients` clients, each looping until the time is up over a random mix of:
-greedy completions and greedy streamed chats of fixed prompts (each output compared with the
-same request's output when sent alone before the load: on a batch-invariant model such as
-SmolLM2 they must be equal), sampled streamed chats (every SSE payload parsed, an error
+an API key; with --parallel > 1 also `--kv-per-request` where serve has it, one KV stream per
+request, so that a request's output does not depend on its neighbours) and `--clients`
+clients, each looping until the time is up over a random mix of: greedy completions and
+greedy streamed chats of fixed prompts (each output compared with the same request's output
+when sent alone before the load: on a batch-invariant model such as SmolLM2 they must be
+equal), sampled streamed chats (every SSE payload parsed, an error
 payload counted), streams left after a few chunks, greedy Predicted Outputs from 1/4 of the
 context to past it (a 400 past it is the right answer; a 200 must equal the solo output),
 bodies over the 8 MB limit with a Content-Length and chunked (413 expected), and wrong keys
