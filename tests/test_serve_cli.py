@@ -57,12 +57,33 @@ def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle
     assert needle in error_line(runner.invoke(app, ["serve", *args]))
 
 
-def test_fair_reaches_the_batch_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_promise_to_batched_requests_reaches_the_batch_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
     monkeypatch.setattr(lookahead.cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
-    for args, fair in ((["--parallel", "4", "--fair"], True), (["--parallel", "4"], False)):
-        assert runner.invoke(app, ["serve", *args]).exit_code == 0
-        assert seen["draft"].fair is fair and seen["parallel"] == 4
+    for args, slack in (
+        (["--fair"], 0.0),
+        (["--batch-total"], None),
+        (["--fairness-slack", "0.25"], 0.25),
+        ([], 0.1),  # the default: no request more than 10% below its pace without drafts
+    ):
+        assert runner.invoke(app, ["serve", "--parallel", "4", *args]).exit_code == 0
+        assert seen["draft"].fairness_slack == slack and seen["parallel"] == 4
+        assert seen["kv_unified"] is False  # the default: one KV stream per request
+    assert runner.invoke(app, ["serve", "--parallel", "4", "--kv-unified"]).exit_code == 0
+    assert seen["kv_unified"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--fair", "--fairness-slack", "0.2"], "give one"),
+        (["--batch-total", "--fairness-slack", "0.2"], "give one"),
+        (["--fairness-slack", "1"], "--fairness-slack"),
+        (["--fairness-slack", "-0.1"], "--fairness-slack"),
+    ],
+)
+def test_conflicting_or_impossible_promises_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:
+    assert needle in error_line(runner.invoke(app, ["serve", *args]))
 
 
 def test_a_key_file_that_is_missing_or_empty(no_serve: None, tmp_path: Path) -> None:

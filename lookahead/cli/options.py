@@ -174,7 +174,9 @@ ParallelOption = Annotated[
         "--parallel",
         "-np",
         help="Requests decoded together in one batch per step; 1 = one at a time; "
-        "-1 = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2 (0 means the same).",
+        "-1 = what pays on this CPU: the largest N <= 4 whose batching bound N*t(1)/t(N) beats what "
+        "drafting gains one request at a time on the measured cost curve by 1.35x, else 1 "
+        "(0 means the same).",
     ),
 ]
 
@@ -191,12 +193,74 @@ IndexScopeOption = Annotated[
     ),
 ]
 FairOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--fair/--batch-total",
+        help="With --parallel, what a request is promised beside its neighbours' drafts: --fair, "
+        "that its expected pace never drops below its pace without drafts (no drafts while any "
+        "request gains nothing); --batch-total, nothing: the most tokens/s for the batch as a whole "
+        "(offline throughput). Default: --fairness-slack 0.1.",
+    ),
+]
+FairnessSlackOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fairness-slack",
+        help="With --parallel: verify drafts only where no request's expected pace drops more than "
+        "this fraction below its pace without drafts (0 = --fair). Default: 0.1.",
+    ),
+]
+KvUnifiedOption = Annotated[
     bool,
     typer.Option(
-        "--fair",
-        help="With --parallel: verify drafts only in steps where no request's expected pace drops "
-        "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
-        "with nothing to draft waits for its neighbours' draft nodes.",
+        "--kv-unified/--kv-per-request",
+        help="With --parallel: one KV cache shared by every request (tree drafts), or one per request "
+        "(chain drafts; the default), so that on a batch-invariant model a request's output does not "
+        "depend on the requests beside it.",
+    ),
+]
+
+# llama-server's server-wide flags, with its names: defaults for requests that leave a field out
+AliasOption = Annotated[
+    str | None,
+    typer.Option(
+        "--alias",
+        "-a",
+        help="The model's name in /v1/models, /props and responses [default: --model]; several, "
+        "comma-separated, are all listed as aliases and the first in sorted order is the name.",
+    ),
+]
+TagsOption = Annotated[
+    str | None, typer.Option("--tags", help="Comma-separated tags listed with the model in /v1/models.")
+]
+ServeTempOption = Annotated[
+    float | None,
+    typer.Option(
+        "--temp", help="Temperature for requests that set none [default: the API's: 1 OpenAI, 0.8 llama.cpp]."
+    ),
+]
+ServeSeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", "-s", help="Seed for requests that set none (-1: a fresh one per request, the default)."),
+]
+ServeNPredictOption = Annotated[
+    int | None,
+    typer.Option(
+        "--n-predict",
+        "-n",
+        help="Most tokens for requests that set no max_tokens / n_predict (-1: until the context is full) "
+        "[default: the API's: 16 for /v1/completions, no limit elsewhere].",
+    ),
+]
+SlotsOption = Annotated[
+    bool, typer.Option("--slots/--no-slots", help="Serve GET /slots (the slots and whether each is busy).")
+]
+CorsOriginsOption = Annotated[
+    str,
+    typer.Option(
+        "--cors-origins",
+        help="Comma-separated origins browser pages may call from: '*' any, 'localhost' pages on this "
+        "machine, or exact origins such as https://app.example.com.",
     ),
 ]
 

@@ -12,11 +12,14 @@ from rich.console import Console
 
 from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import MAX_SEQ
+from lookahead.cli.listen import bind_all, split_hosts
 from lookahead.cli.models_cmd import _RichProgress
+from lookahead.core.allocate import DEFAULT_SLACK
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.models.catalog import default_cache_dir
 from lookahead.server.drain import check_replica, draining_server
+from lookahead.server.request_defaults import RequestDefaults
 
 MAX_SLOTS = MAX_SEQ // 2
 
@@ -74,6 +77,37 @@ def check_parallel(parallel: int, exact: bool) -> int:
     return 1 if exact else max(parallel, 0)
 
 
+def serve_draft(
+    no_spec: bool, exact: bool, k_max: int, budget: int, fair: bool | None, slack: float | None
+) -> DraftConfig:
+    """The service's drafting defaults from its flags; the promise to batched requests is
+    --fair (slack 0), --batch-total (None) or --fairness-slack (default 0.1), one of them."""
+    if fair is not None and slack is not None:
+        flag = "--fair" if fair else "--batch-total"
+        raise ConfigError(f"{flag} and --fairness-slack each set the promise to batched requests: give one")
+    if fair is not None:
+        slack = 0.0 if fair else None
+    elif slack is None:
+        slack = DEFAULT_SLACK
+    elif not 0.0 <= slack < 1.0:
+        raise ConfigError(f"--fairness-slack must be in [0, 1), got {slack}")
+    return DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget, fairness_slack=slack)
+
+
+def parse_origins(text: str) -> tuple[str, ...]:
+    """--cors-origins as a tuple: `*`, `localhost` or exact origins (`scheme://host[:port]`)."""
+    origins = tuple(o.strip().rstrip("/") for o in text.split(",") if o.strip())
+    if not origins:
+        raise ConfigError("--cors-origins is empty (use '*' for any origin)")
+    for origin in origins:
+        if origin not in ("*", "localhost") and "://" not in origin:
+            raise ConfigError(
+                f"--cors-origins: {origin!r} is not an origin (write it as scheme://host[:port], "
+                "or '*', or 'localhost')"
+            )
+    return origins
+
+
 def run_serve(
     *,
     model: str,
@@ -88,16 +122,24 @@ def run_serve(
     draft: DraftConfig,
     log_level: str,
     parallel: int = -1,
+    kv_unified: bool = False,
     index_scope: str | None = None,
     metrics_key: str | None = None,
     replica_id: str | None = None,
     grace_period: float = 25.0,
+    alias: str | None = None,
+    tags: str | None = None,
+    defaults: RequestDefaults | None = None,
+    cors_origins: str = "*",
+    slots_endpoint: bool = True,
 ) -> int:
     import uvicorn
 
     from lookahead.api import load, locate
     from lookahead.server import ServeConfig, create_app
 
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"--log-level must be debug, info, warning or error, got {log_level}")
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port must be in 1..65535, got {port}")
     if queue < 0:
@@ -111,17 +153,26 @@ def run_serve(
     if metrics_key is not None and not metrics_key.strip():
         raise ConfigError("--metrics-key is empty")
     parallel = check_parallel(parallel, draft.exact)
+    origins = parse_origins(cors_origins)
+    aliases = sorted({a.strip() for a in (alias or "").split(",") if a.strip()})
+    if alias is not None and not aliases:
+        raise ConfigError("--alias is empty")
     replica_id = check_replica(replica_id, grace_period)
     err = Console(stderr=True)
-    check_port(host, port)
-    if not keys and not is_loopback(host):
+    hosts = split_hosts(host)
+    sockets = bind_all(hosts, port) if len(hosts) > 1 else None  # uvicorn binds one host itself
+    if sockets is None:
+        check_port(host, port)
+    if not keys and not all(is_loopback(h.strip("[]")) for h in hosts):
         err.print(
             f"[yellow]warning:[/yellow] listening on {host} without an API key: anyone who can reach "
             "this address can use the model (set --api-key or --api-key-file)",
             highlight=False,
         )
     config = ServeConfig(
-        model_id=model,
+        model_id=aliases[0] if aliases else model,  # as llama-server: the first in sorted order
+        aliases=tuple(aliases),
+        tags=tuple(sorted({t.strip() for t in (tags or "").split(",") if t.strip()})),
         api_keys=keys,
         max_queue=queue,
         shared_index=shared_index,
@@ -130,7 +181,11 @@ def run_serve(
         metrics_key=metrics_key.strip() if metrics_key else None,
         draft=draft,
         parallel=parallel,
+        kv_unified=kv_unified,
         replica_id=replica_id,
+        defaults=defaults or RequestDefaults(),
+        cors_origins=origins,
+        slots_endpoint=slots_endpoint,
     )
     if index_file is not None and not config.remembers:
         err.print(
@@ -152,14 +207,15 @@ def run_serve(
         server.should_exit = True
 
     app.state.service.on_fatal = fatal
-    err.print(f"lookahead serving {model} on http://{host}:{port}/v1 (loading the model...)", highlight=False)
+    urls = ", ".join(f"http://{h if ':' not in h or h.startswith('[') else f'[{h}]'}:{port}/v1" for h in hosts)
+    err.print(f"lookahead serving {model} on {urls} (loading the model...)", highlight=False)
     logging.getLogger("lookahead.server").setLevel(log_level.upper())
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for the
     # handler that was there before it: make that one a no-op, so a clean shutdown exits 0
     # instead of dying by the signal it just handled.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
-    server.run()
+    server.run(sockets=sockets)
     if failed:
         raise UserError(f"could not load the model: {failed[0]}")
     return 0

@@ -21,7 +21,7 @@ from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
 from lookahead.core.draft import Draft
 from lookahead.core.policy import Policy
-from lookahead.core.sampling import Sampler, SamplingConfig
+from lookahead.core.sampling import Sampler, SamplingConfig, TokenProbs
 from lookahead.core.text import TextStream
 from lookahead.errors import UserError
 
@@ -59,6 +59,7 @@ class Step:
     verify_s: float  # the llama_decode of root + draft
     draft_s: float  # proposing + choosing the draft
     alpha: float  # rolling accepted drafts per step, as the policy sees it
+    probs: tuple[TokenProbs, ...] = ()  # with sampling.n_probs: one per token emitted, in order
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Result:
     finish_reason: str  # "stop" (end token or stop string) or "length"
     # "length" because the context was full, not because max_tokens were written
     context_full: bool = False
+    probs: tuple[TokenProbs, ...] = ()  # with sampling.n_probs: one per token, in order
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ class Request:
         self.stream = TextStream(config.stop)
         self.history = list(self.prompt)  # prompt + every accepted token (acceptance's context)
         self.out: list[int] = []  # tokens written (up to an end token, a stop or max_tokens)
+        self.probs: list[TokenProbs] = []  # with sampling.n_probs: one per token of `out`
         self.stats = Stats()
         self.root = self.prompt[-1]  # the next verify's root: the last token not yet in the cache
         self.finish = "length"
@@ -223,6 +226,7 @@ class Request:
         whether the cache is full after the commit; `timing` is (verify_s, draft_s)."""
         verify_s, draft_s = timing
         path, bonus = accept(draft, rows, self.sampler.pick, self.history)
+        picked = self.sampler.take_probs()  # one per token of path + bonus, when asked for
         commit(draft, path)
         self.policy.observe(draft, path, verify_s, bonus)
 
@@ -237,6 +241,7 @@ class Request:
         if stopped:
             self.finish = "stop"
         self.out.extend(emitted)
+        self.probs.extend(picked[: len(emitted)])
         self.history.extend(new)
         if self.drafter is not None:
             self.drafter.observe(new)
@@ -255,9 +260,10 @@ class Request:
             verify_s=verify_s,
             draft_s=draft_s,
             alpha=self.policy.alpha,
+            probs=tuple(picked[: len(emitted)]),
         )
         if not done:
             return step, None
         self.done = True
         context_full = self.finish == "length" and len(self.out) < self.config.max_tokens
-        return step, Done(Result(self.stream.text, self.out, st, self.finish, context_full))
+        return step, Done(Result(self.stream.text, self.out, st, self.finish, context_full, tuple(self.probs)))

@@ -29,12 +29,18 @@ log = logging.getLogger("lookahead.server")
 
 class BatchWorker(WorkerBase):
     def __init__(
-        self, model: Model, metrics: Metrics, max_queue: int, parallel: int, draft: DraftConfig | None = None
+        self,
+        model: Model,
+        metrics: Metrics,
+        max_queue: int,
+        parallel: int,
+        draft: DraftConfig | None = None,
+        kv_unified: bool = False,
     ) -> None:
         super().__init__(metrics, max_queue, capacity=parallel)
         self.model = model
         self.parallel = parallel
-        self.slots = LlamaSlots(model.backend, parallel)
+        self.slots = LlamaSlots(model.backend, parallel, separate=not kv_unified)
         self.n_ctx = self.slots.slot_ctx  # what one request may use
         # a busy machine: fewer threads while faster (the batch's own thread governor)
         self.batch = model.new_batch(self.slots, draft or DraftConfig())

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lookahead.core.engine import Result
+from lookahead.core.sampling import TokenProbs
 from lookahead.server.accounting import prediction_counts
+from lookahead.server.logprobs import Piece, chat_logprobs, completion_logprobs
 from lookahead.server.schemas import CompletionRequest, _Common
 
 
@@ -18,8 +20,15 @@ class Shape:
     """Response bodies in OpenAI's shapes, for one request."""
 
     def __init__(
-        self, chat: bool, model_id: str, body: _Common, prompt_tokens: int, predicted: Sequence[int] | None = None
+        self,
+        chat: bool,
+        model_id: str,
+        body: _Common,
+        prompt_tokens: int,
+        predicted: Sequence[int] | None = None,
+        piece: Piece | None = None,  # a token's bytes: for `logprobs`
     ) -> None:
+        self.piece = piece
         self.chat = chat
         self.predicted = predicted  # the prediction's tokens, when the request sent one
         self.model = model_id
@@ -56,12 +65,20 @@ class Shape:
             "prefill_s": round(s.prefill_s, 4),
         }
 
+    def logprobs(self, probs: Sequence[TokenProbs], offset: int = 0) -> dict[str, Any] | None:
+        """A choice's `logprobs` (None when the request asked for none)."""
+        if not self.body.n_probs() or self.piece is None:
+            return None
+        if self.chat:
+            return chat_logprobs(probs, self.piece, self.body.top_logprobs or 0)
+        return completion_logprobs(probs, self.piece, offset)
+
     def whole(self, result: Result) -> dict[str, Any]:
         if self.chat:
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": {"role": "assistant", "content": result.text},
-                "logprobs": None,
+                "logprobs": self.logprobs(result.probs),
                 "finish_reason": result.finish_reason,
             }
             out = self._head("chat.completion")
@@ -69,22 +86,24 @@ class Shape:
             text = result.text
             if isinstance(self.body, CompletionRequest) and self.body.echo:
                 text = self.body.text() + text
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": result.finish_reason}
+            logprobs = self.logprobs(result.probs, len(text) - len(result.text))
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": result.finish_reason}
             out = self._head("text_completion")
         out["choices"] = [choice]
         out["usage"] = self.usage(result)
         out["lookahead"] = self.stats(result)
         return out
 
-    def chunk(self, text: str, finish: str | None, first: bool) -> dict[str, Any]:
+    def chunk(self, text: str, finish: str | None, first: bool, probs: Sequence[TokenProbs] = ()) -> dict[str, Any]:
+        logprobs = self.logprobs(probs) if probs else None
         if self.chat:
             delta: dict[str, Any] = {"content": text} if text or not finish else {}
             if first:
                 delta["role"] = "assistant"
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             out = self._head("chat.completion.chunk")
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
             out = self._head("text_completion")
         out["choices"] = [choice]
         return out
@@ -95,4 +114,3 @@ class Shape:
         out["usage"] = self.usage(result)
         out["lookahead"] = self.stats(result)
         return out
-
