@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import run_info
 from bench.tasks import Task, load_tasks
 from lookahead.api import Model, load
 from lookahead.backend.llama import BackendConfig
@@ -236,14 +235,8 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = summarize(records, levels, bounds)
     kind_rows = summarize_kinds(records, levels)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    from lookahead.backend.probe import cpu_model
-
     info = {
-        "model": args.model,
-        "cpu": f"{cpu_model()} ({platform.machine()})",
-        "threads": args.threads,
-        "commit": commit.stdout.strip(),
+        **run_info(args.model, args.threads),
         "repeats": args.repeats,
         "max_tokens": args.max_tokens,
         "per_client": args.per_client,
