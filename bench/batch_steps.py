@@ -83,7 +83,7 @@ def charge(steps: list[dict[str, Any]]) -> dict[int, float]:
 
 def run_round(model: Model, tasks: list[Task], draft: DraftConfig, max_tokens: int) -> dict[str, Any]:
     """The round's requests added at once to a batch of len(tasks) slots, stepped to the end."""
-    slots = LlamaSlots(model.backend, len(tasks))
+    slots = LlamaSlots(model.backend, len(tasks), separate=True)  # as serve: a KV stream per request
     try:
         batch = model.new_batch(slots, draft, govern=False)
         kind: dict[int, str] = {}

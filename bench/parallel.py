@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import run_info
 from bench.tasks import Task, load_tasks
 from lookahead.api import Model, load
 from lookahead.backend.llama import BackendConfig
@@ -117,7 +116,7 @@ def run_batched(
     `govern`: the thread governor chooses the count as `serve --parallel` does (else the
     count is the model backend's, pinned). `fair`: strict per-request fairness (slack 0)."""
     config = FAIR_DRAFTS if fair else DRAFTS
-    slots = LlamaSlots(model.backend, len(queues))
+    slots = LlamaSlots(model.backend, len(queues), separate=True)  # as serve: a KV stream per request
     try:
         batch = model.new_batch(slots, config, govern=govern)
         pending = [deque(q) for q in queues]
@@ -236,14 +235,8 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = summarize(records, levels, bounds)
     kind_rows = summarize_kinds(records, levels)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    from lookahead.backend.probe import cpu_model
-
     info = {
-        "model": args.model,
-        "cpu": f"{cpu_model()} ({platform.machine()})",
-        "threads": args.threads,
-        "commit": commit.stdout.strip(),
+        **run_info(args.model, args.threads),
         "repeats": args.repeats,
         "max_tokens": args.max_tokens,
         "per_client": args.per_client,

@@ -10,7 +10,6 @@ cache (`kv_unified=True`) the same test fails on this build: an answer parts fro
 
 from __future__ import annotations
 
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from lookahead.core.draft_state import DraftConfig
 from lookahead.server import ServeConfig
 from lookahead.server.background import serving
+from tests.served import loader, metric
 
 pytestmark = pytest.mark.model
 
@@ -33,19 +33,6 @@ PROMPTS = [
 ]
 
 
-def loader(path: Path) -> Any:
-    from lookahead.api import load
-    from lookahead.backend.llama import BackendConfig
-
-    return lambda: load(path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))
-
-
-def metric(text: str, name: str) -> float:
-    found = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
-    assert found, name
-    return float(found.group(1))
-
-
 def test_four_concurrent_drafted_requests_each_equal_their_solo_plain_output(
     smol_path: Path, smol_model: Any
 ) -> None:
@@ -56,7 +43,7 @@ def test_four_concurrent_drafted_requests_each_equal_their_solo_plain_output(
     config = ServeConfig(
         model_id="smollm2-135m", parallel=4, kv_unified=False, shared_index=False, draft=batch_total
     )
-    with serving(config, loader(smol_path)) as server:
+    with serving(config, loader(smol_path, N_CTX)) as server:
         assert server.service.worker.slots.separate
         answers: dict[str, str] = {}
         accepted: list[int] = []

@@ -11,8 +11,11 @@ accepts them, with a one-line note on stderr.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -69,6 +72,42 @@ SeedOption = Annotated[
     int | None, typer.Option("--seed", "-s", help="Random seed for sampling (same seed, same output).")
 ]
 StopOption = Annotated[list[str] | None, typer.Option("--stop", help="Stop before this string (repeatable).")]
+
+# name, option, default: what `sampling_options` puts where a command's `sampling` parameter is
+SAMPLING_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("temperature", TempOption, SAMPLING.temperature),
+    ("top_k", TopKOption, SAMPLING.top_k),
+    ("top_p", TopPOption, SAMPLING.top_p),
+    ("min_p", MinPOption, SAMPLING.min_p),
+    ("repeat_penalty", RepeatPenaltyOption, SAMPLING.repeat_penalty),
+    ("seed", SeedOption, None),
+)
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def sampling_options(command: _Command) -> _Command:
+    """The sampling options, declared once for every command that generates: the command's
+    `sampling` parameter becomes --temp, --top-k, --top-p, --min-p, --repeat-penalty and
+    --seed in its place (typer reads the new signature), and the command receives them
+    gathered as `sampling={name: value}`, the keywords `SamplingConfig` takes."""
+    signature = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.name != "sampling":
+            params.append(param)
+            continue
+        params += [inspect.Parameter(name, param.kind, default=default, annotation=option)
+                   for name, option, default in SAMPLING_OPTIONS]  # fmt: skip
+    assert len(params) == len(signature.parameters) + len(SAMPLING_OPTIONS) - 1, "no `sampling` parameter"
+
+    @functools.wraps(command)
+    def gathered(**options: Any) -> Any:
+        sampling = {name: options.pop(name) for name, _, _ in SAMPLING_OPTIONS}
+        return command(**options, sampling=sampling)
+
+    gathered.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    gathered.__annotations__ = {p.name: p.annotation for p in params}
+    return gathered  # type: ignore[return-value]
 
 # --- how to draft --------------------------------------------------------------------------
 

@@ -2,12 +2,14 @@
 
 The same contract as `Worker` (submit, busy, close; events on each job's queue, END last),
 so the routes do not know which one runs. One thread steps a `lookahead.core.multi.Batch` on a
-multi-slot context (`lookahead.backend.slots`): between two steps it takes waiting jobs
-into free slots (their prefill goes in chunks, so running requests keep writing) and drops
-cancelled ones, whose cells are freed at once. The node budget of each step is shared by
-the requests (`lookahead.core.allocate`: ranked by expected accepted tokens, each capped at a
-fair share). A failed step fails the requests in it, never the thread. The queue, the
-shutdown and the guarded `on_done` are `jobs.WorkerBase`'s.
+multi-slot context (`lookahead.backend.slots`; by default one KV stream per request, chain
+drafts, so a request's cells keep their solo order whatever its neighbours do): between two
+steps it takes waiting jobs into free slots (their prefill goes in chunks, so running
+requests keep writing) and drops cancelled ones, whose cells are freed at once. The node
+budget of each step is shared by the requests (`lookahead.core.allocate`: ranked by expected
+accepted tokens, each capped at a fair share, within the promise to each request). A failed
+step fails the requests in it, never the thread. The queue, the shutdown and the guarded
+`on_done` are `jobs.WorkerBase`'s.
 """
 
 from __future__ import annotations
