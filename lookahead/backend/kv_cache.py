@@ -103,7 +103,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if len(diff) else n
 
 
-def choose_slot(caches: Sequence[Sequence[int]], free: Sequence[int], last_use: Sequence[int], tokens: Sequence[int]) -> int:
+def choose_slot(
+    caches: Sequence[Sequence[int]], free: Sequence[int], last_use: Sequence[int], tokens: Sequence[int]
+) -> int:
     """The free slot a prompt of `tokens` should take, given each slot's cached tokens.
 
     The one sharing the longest prefix with `tokens`, provided that prefix is more than half
