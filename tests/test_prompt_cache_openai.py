@@ -190,3 +190,16 @@ def test_two_interleaved_chats_on_two_slots_each_hit_their_own_slot(parallel_ser
                 assert spent == body["usage"]["prompt_tokens"] - 1 - cached(body) + verified(body)
             talks[name] = [*talks[name], {"role": "assistant", "content": reply(body)},
                            {"role": "user", "content": f"Go on ({turn})."}]
+
+
+def test_a_warm_up_on_the_batched_worker_fills_a_slot_for_the_next_request(parallel_server: Running) -> None:
+    """`n_predict: 0` (an editor bringing new context) on `--parallel 2`: the prompt goes into
+    a slot's cache and nothing is written; the request that extends it reuses those cells."""
+    text = "def mean(values):\n    total = 0.0\n    for v in values:\n        total += v\n" * 4
+    with parallel_server.client() as c:
+        before = decoded(parallel_server)
+        w = c.post("/completion", json={"prompt": text, "n_predict": 0, "cache_prompt": True}).json()
+        assert w["content"] == "" and w["tokens_predicted"] == 0
+        assert decoded(parallel_server) - before == w["tokens_evaluated"] - 1
+        r = c.post("/completion", json={"prompt": text + "    return", "n_predict": 4, "temperature": 0}).json()
+    assert r["tokens_cached"] == w["tokens_evaluated"] - 1

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 
 from lookahead.api import Model
-from lookahead.core.engine import Done, Event
+from lookahead.core.engine import Done, Event, warm
 from lookahead.errors import Interrupted, LookaheadError
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
@@ -66,16 +66,19 @@ class Worker(WorkerBase):
         backend = self.model.backend
         backend.interrupt = job.cancelled.is_set  # a long prompt's prefill stops when its client leaves
         try:
-            events = self.model.stream(
-                "",
-                tokens=job.tokens,
-                max_tokens=job.max_tokens,
-                stop=job.stop,
-                sampling=job.sampling,
-                draft=job.draft,
-                sources=job.sources,
-                cache_prompt=job.cache_prompt,
-            )
+            if job.warm_up:  # n_predict 0: the prompt into the cache, nothing written
+                events = iter([Done(warm(backend, job.tokens))])
+            else:
+                events = self.model.stream(
+                    "",
+                    tokens=job.tokens,
+                    max_tokens=job.max_tokens,
+                    stop=job.stop,
+                    sampling=job.sampling,
+                    draft=job.draft,
+                    sources=job.sources,
+                    cache_prompt=job.cache_prompt,
+                )
             for event in events:
                 if job.cancelled.is_set():
                     self.metrics.cancelled.inc()
@@ -99,7 +102,7 @@ class Worker(WorkerBase):
             if close is not None:
                 close()
             backend.interrupt = None
-            if not job.cache_prompt:
+            if not job.cache_prompt and not job.warm_up:
                 backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
