@@ -229,7 +229,8 @@ def run(
             for i, p in enumerate(s.pauses):
                 if time.monotonic() > deadline:
                     return records, True
-                body = infill_body(s, p, n_predict=args.n_predict, budget_ms=args.budget_ms, seed=i)
+                body = infill_body(s, p, n_predict=args.n_predict, budget_ms=args.budget_ms, seed=i,
+                                   greedy=args.sampling == "greedy")
                 order = servers[turn % len(servers) :] + servers[: turn % len(servers)]
                 turn += 1
                 for srv in order:
@@ -291,19 +292,21 @@ def markdown(out: dict[str, Any]) -> str:
         f"{out['date']}, commit {out['commit']}. {out['note']}".rstrip(), "",
         f"{len(out['sessions'])} sessions x {a['repeats']} repeats, {out['requests_per_server']} `/infill` requests "
         f"per server (llama.vim's body: `n_predict` {a['n_predict']}, `t_max_predict_ms` {a['budget_ms']}, "
+        f"{a['sampling']} sampling, "
         f"`cache_prompt`, {a['prefix_lines']} lines above the cursor, {a['suffix_lines']} below), "
         "interleaved request by request. Times from sending the request, in ms; "
         "'in budget': tokens that arrived within `t_max_predict_ms` of the first one; "
         "'cached': prompt tokens reused from the server's cache, per request.", "",
-        "| server | TTFT p50 | TTFT p95 | complete p50 | complete p95 | tokens in budget (median / mean) "
-        "| cached / prompt tokens | drafts accepted |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| server | TTFT p50 | TTFT p95 | complete p50 | complete p95 | tokens per suggestion (median) "
+        "| tokens in budget (median / mean) | cached / prompt tokens | drafts accepted |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]  # fmt: skip
     for name, s in out["summary"].items():
         acc = "-" if s["drafted"] == 0 else f"{s['accepted']}/{s['drafted']} ({s['acceptance']:.0%})"
         lines.append(
             f"| {name} | {s['ttft_p50_ms']:.0f} | {s['ttft_p95_ms']:.0f} | {s['complete_p50_ms']:.0f} | "
-            f"{s['complete_p95_ms']:.0f} | {s['tokens_in_budget_median']:.0f} / {s['tokens_in_budget_mean']:.1f} | "
+            f"{s['complete_p95_ms']:.0f} | {s['tokens_median']:.0f} | "
+            f"{s['tokens_in_budget_median']:.0f} / {s['tokens_in_budget_mean']:.1f} | "
             f"{s['cached_tokens_mean']:.0f} / {s['prompt_tokens_mean']:.0f} | {acc} |"
         )
     if out["cut_by_time_limit"]:
@@ -338,6 +341,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds after which no new pause is sent (the run then reports what it measured)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--n-predict", type=int, default=N_PREDICT)
+    p.add_argument("--sampling", choices=("greedy", "llama.vim"), default="greedy",
+                   help="greedy: every server writes the same text; llama.vim: the plugin's own sampling "
+                        "(top-k 40, top-p 0.9, llama.cpp's infill sampler, which lookahead does not apply)")
     p.add_argument("--budget-ms", type=int, default=BUDGET_MS, help="t_max_predict_ms")
     p.add_argument("--threads", type=int, default=0, help="threads for every server (0: every usable CPU)")
     p.add_argument("--ctx-size", type=int, default=8192)

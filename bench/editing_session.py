@@ -139,11 +139,16 @@ def session(
 
 
 def infill_body(s: Session, p: Pause, *, n_predict: int = N_PREDICT, budget_ms: int = BUDGET_MS,
-                seed: int = 0) -> dict[str, Any]:
+                seed: int = 0, greedy: bool = False) -> dict[str, Any]:
     """llama.vim's suggestion request at this pause. Three changes, for measuring: `stream`
     (to time the first token and each one after it; the server's work is the same),
     `return_tokens` (to count them), `seed` (the same draw on every server and repeat); and no
-    `response_fields` (the statistics are wanted whole)."""
+    `response_fields` (the statistics are wanted whole). `greedy`: temperature 0 (with the
+    `temperature` sampler listed, which llama.vim leaves out), so every server writes the
+    model's same text and their times compare the servers rather than their samplers."""
+    sampling: dict[str, Any] = {"samplers": ["top_k", "top_p", "infill"]}
+    if greedy:
+        sampling = {"samplers": ["top_k", "top_p", "temperature"], "temperature": 0.0}
     return {
         "id_slot": 0,
         "input_prefix": p.prefix,
@@ -155,7 +160,7 @@ def infill_body(s: Session, p: Pause, *, n_predict: int = N_PREDICT, budget_ms: 
         "n_indent": p.indent,
         "top_k": 40,
         "top_p": 0.90,
-        "samplers": ["top_k", "top_p", "infill"],
+        **sampling,
         "stream": True,
         "cache_prompt": True,
         "t_max_prompt_ms": 500,

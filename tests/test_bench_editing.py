@@ -57,6 +57,9 @@ def test_the_requests_are_llama_vims(tmp_path: Path) -> None:
     assert set(req) == (set(LLAMA_VIM) - {"response_fields"}) | {"return_tokens", "seed"}
     assert req["stream"] is True and req["cache_prompt"] is True and req["input_extra"] == s.extra
     assert set(warm_up_body(s)) == set(LLAMA_VIM_WARMUP) and warm_up_body(s)["n_predict"] == 0
+    greedy = infill_body(s, s.pauses[0], greedy=True)
+    assert greedy["temperature"] == 0 and "temperature" in greedy["samplers"]
+    assert set(greedy) - set(req) == {"temperature"}
 
 
 def test_the_summary_and_its_table() -> None:
@@ -71,8 +74,8 @@ def test_the_summary_and_its_table() -> None:
     assert math.isnan(summary["server_plain"]["ttft_p50_ms"])  # no token came
     out = {
         "model": "m", "date": "d", "commit": "c", "note": "", "machine": {"cpu": "CPU X", "cpus": 2},
-        "settings": {"threads": 2, "repeats": 1, "n_predict": 128, "budget_ms": 1000, "prefix_lines": 128,
-                     "suffix_lines": 16, "time_limit": 420},
+        "settings": {"threads": 2, "repeats": 1, "sampling": "greedy", "n_predict": 128, "budget_ms": 1000,
+                     "prefix_lines": 128, "suffix_lines": 16, "time_limit": 420},
         "sessions": [{"name": "f.py", "start": 0, "pauses": 1}], "requests_per_server": 2,
         "cut_by_time_limit": True, "summary": summary,
     }  # fmt: skip
