@@ -120,11 +120,17 @@ def test_infill_on_a_model_without_fim_tokens_is_a_clear_400(server: Running) ->
 @pytest.mark.parametrize(
     ("path", "body", "needle"),
     [
-        ("/completion", {"prompt": "hi", "n_probs": 3}, "n_probs"),
-        ("/completion", {"prompt": "hi", "logit_bias": [[15, -100]]}, "logit_bias"),
+        ("/completion", {"prompt": "hi", "n_probs": -1}, "n_probs"),
+        ("/completion", {"prompt": "hi", "logit_bias": [[10**9, -100]]}, "logit_bias"),
+        ("/completion", {"prompt": "hi", "logit_bias": [[15, "x"]]}, "logit_bias"),
+        ("/v1/completions", {"prompt": "hi", "logit_bias": 3}, "logit_bias"),
         ("/completion", {"prompt": "hi", "grammar": "root ::= x"}, "grammar"),
         ("/completion", {"prompt": ""}, "empty"),
         ("/completion", {"prompt": [10**9]}, "not in the vocabulary"),
+        ("/completion", {"prompt": []}, "empty"),
+        ("/completion", {"prompt": {"prompt_string": "hi", "multimodal_data": ["eA=="]}}, "multimodal_data"),
+        ("/completion", {"prompt": [[1, 2], 3.5]}, "a prompt is"),
+        ("/completion", {"prompt": ["a", "b"], "stream": True}, "several prompts"),
         ("/completion", {"prompt": "word " * 3000}, "context size"),
         ("/completion", {"prompt": "hi", "stream": True, "n_cmpl": 2}, "n_cmpl"),
         ("/infill", {"input_prefix": "a"}, "input_suffix"),
@@ -157,7 +163,8 @@ def test_props_and_slots(server: Running) -> None:
         slots = c.get("/slots").json()
     assert props["model_path"].endswith(".gguf") and props["total_slots"] == 1
     assert props["default_generation_settings"]["n_ctx"] == 2048
-    assert len(slots) == 1 and slots[0]["n_ctx"] == 2048
+    assert len(slots) == 1 and slots[0]["n_ctx"] == 2048 and slots[0]["is_processing"] is False
+    assert props["endpoint_slots"] is True
 
 
 def test_openai_routes_without_v1_and_any_model_name(server: Running) -> None:
@@ -226,3 +233,53 @@ def test_a_prompt_that_extends_the_last_one_prefills_only_its_new_tail(server: R
     body = {"prompt": first + "starting from 0 and 1", "n_predict": 4, "temperature": 0, "cache_prompt": False}
     cold = post(server, "/completion", body).json()
     assert cold["tokens_cached"] == 0 and cold["timings"]["prompt_n"] == cold["tokens_evaluated"]
+
+
+def test_logit_bias_bans_tokens_by_id_or_text_on_every_route(server: Running) -> None:
+    """The greedy continuation's first token, banned (by id, by its text, OpenAI's object
+    form), is never written; a positive bias on another token makes it the first."""
+    base = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "return_tokens": True}
+    plain = post(server, "/completion", base).json()
+    first = plain["tokens"][0]
+    piece = post(server, "/detokenize", {"tokens": [first]}).json()["content"]
+    for bias in ([[first, False]], {str(first): -100}, [[piece, -100]]):
+        out = post(server, "/completion", {**base, "logit_bias": bias}).json()
+        assert first not in out["tokens"], bias
+    forced = post(server, "/completion", {**base, "logit_bias": [[42, 1000]]}).json()
+    assert forced["tokens"] and set(forced["tokens"]) == {42}
+    v1 = post(
+        server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logit_bias": {"42": 100}}
+    ).json()
+    assert v1["choices"][0]["text"] == post(server, "/detokenize", {"tokens": [42] * 4}).json()["content"]
+
+
+def test_n_probs_reports_each_tokens_logprob_and_candidates(server: Running) -> None:
+    base = {"prompt": PROMPT, "n_predict": 5, "temperature": 0, "n_probs": 3, "return_tokens": True}
+    out = post(server, "/completion", base).json()
+    probs = out["completion_probabilities"]
+    assert [p["id"] for p in probs] == out["tokens"] and len(probs) == 5
+    for p in probs:
+        assert p["logprob"] <= 0 and isinstance(p["token"], str) and isinstance(p["bytes"], list)
+        tops = p["top_logprobs"]
+        assert len(tops) == 3 and tops[0]["id"] == p["id"]  # greedy: the most likely was picked
+        assert tops[0]["logprob"] == pytest.approx(p["logprob"]) and tops[0]["logprob"] >= tops[1]["logprob"]
+    with server.client(KEY) as c, c.stream("POST", "/completion", json={**base, "stream": True}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    streamed = [p for e in events if not e["stop"] for p in e.get("completion_probabilities", [])]
+    assert [p["id"] for p in streamed] == out["tokens"]
+    post_probs = post(server, "/completion", {**base, "temperature": 1, "post_sampling_probs": True, "seed": 1})
+    for p in post_probs.json()["completion_probabilities"]:
+        assert 0 < p["prob"] <= 1 and sum(t["prob"] for t in p["top_probs"]) <= 1 + 1e-6
+
+
+def test_a_list_of_prompts_is_answered_with_a_list_in_order(server: Running) -> None:
+    ids = post(server, "/tokenize", {"content": PROMPT, "add_special": True}).json()["tokens"]
+    base = {"n_predict": 4, "temperature": 0}
+    one = post(server, "/completion", {**base, "prompt": PROMPT}).json()
+    several = post(server, "/completion", {**base, "prompt": [ids, PROMPT, {"prompt_string": PROMPT}, "x = 1"]})
+    answers = several.json()
+    assert isinstance(answers, list) and [a["index"] for a in answers] == [0, 1, 2, 3]
+    assert [a["content"] for a in answers[:3]] == [one["content"]] * 3
+    assert answers[3]["tokens_evaluated"] < answers[0]["tokens_evaluated"]
+    mixed = post(server, "/completion", {**base, "prompt": [*ids[:2], "fibonacci", 13]}).json()
+    assert isinstance(mixed, dict) and mixed["tokens_evaluated"] > 3  # ids and text: one prompt

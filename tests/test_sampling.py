@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,42 @@ def test_greedy_is_argmax_and_penalty_follows_llama_cpp() -> None:
 def test_bad_values_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SamplingConfig(**kwargs)
+
+
+def test_logit_bias_comes_first_and_can_ban_a_token() -> None:
+    logits = np.array([0.0, 5.0, 1.0, 4.0], dtype=np.float32)
+    banned = Sampler(SamplingConfig(temperature=0.0, logit_bias=((1, -math.inf),)))
+    assert banned.pick(logits, []) == 3
+    pushed = Sampler(SamplingConfig(temperature=0.0, logit_bias=((2, 2.0), (2, 2.5))))  # listed twice: both
+    assert pushed.pick(logits, []) == 2
+    sampled = Sampler(SamplingConfig(temperature=1.0, seed=1, top_k=0, logit_bias=((1, -math.inf), (3, -math.inf))))
+    assert {sampled.pick(logits, []) for _ in range(200)} <= {0, 2}
+    assert logits[1] == 5.0  # the caller's row is not changed
+
+
+def test_n_probs_records_each_picks_logprobs_most_likely_first() -> None:
+    logits = np.array([0.0, 3.0, 1.0, 2.0], dtype=np.float32)
+    sampler = Sampler(SamplingConfig(temperature=0.0, n_probs=2))
+    assert sampler.pick(logits, []) == 1 and sampler.pick(logits, []) == 1
+    first, second = sampler.take_probs()
+    assert sampler.take_probs() == [] and first == second
+    ref = logits - np.log(np.exp(logits.astype(np.float64)).sum())
+    assert first.token == 1 and first.value == pytest.approx(ref[1])
+    assert [t for t, _ in first.top] == [1, 3] and first.top[1][1] == pytest.approx(ref[3])
+    quiet = Sampler(SamplingConfig(temperature=0.0))
+    quiet.pick(logits, [])
+    assert quiet.take_probs() == []
+
+
+def test_post_sampling_probs_are_the_drawn_distribution() -> None:
+    logits = np.array([0.0, 3.0, 1.0, 2.0], dtype=np.float32)
+    sampler = Sampler(SamplingConfig(temperature=1.0, top_k=2, seed=3, n_probs=4, post_sampling_probs=True))
+    token = sampler.pick(logits, [])
+    (rec,) = sampler.take_probs()
+    e = np.exp([3.0, 2.0])
+    assert rec.post and [t for t, _ in rec.top] == [1, 3]  # top-k 2 keeps two candidates
+    assert [p for _, p in rec.top] == pytest.approx(list(e / e.sum()))
+    assert rec.token == token and rec.value == pytest.approx(dict(rec.top)[token])
+    greedy = Sampler(SamplingConfig(temperature=0.0, n_probs=3, post_sampling_probs=True))
+    greedy.pick(logits, [])
+    assert greedy.take_probs()[0].top == ((1, 1.0),)

@@ -161,6 +161,50 @@ FairOption = Annotated[
     ),
 ]
 
+# llama-server's server-wide flags, with its names: defaults for requests that leave a field out
+AliasOption = Annotated[
+    str | None,
+    typer.Option(
+        "--alias",
+        "-a",
+        help="The model's name in /v1/models, /props and responses [default: --model]; several, "
+        "comma-separated, are all listed as aliases and the first in sorted order is the name.",
+    ),
+]
+TagsOption = Annotated[
+    str | None, typer.Option("--tags", help="Comma-separated tags listed with the model in /v1/models.")
+]
+ServeTempOption = Annotated[
+    float | None,
+    typer.Option(
+        "--temp", help="Temperature for requests that set none [default: the API's: 1 OpenAI, 0.8 llama.cpp]."
+    ),
+]
+ServeSeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", "-s", help="Seed for requests that set none (-1: a fresh one per request, the default)."),
+]
+ServeNPredictOption = Annotated[
+    int | None,
+    typer.Option(
+        "--n-predict",
+        "-n",
+        help="Most tokens for requests that set no max_tokens / n_predict (-1: until the context is full) "
+        "[default: the API's: 16 for /v1/completions, no limit elsewhere].",
+    ),
+]
+SlotsOption = Annotated[
+    bool, typer.Option("--slots/--no-slots", help="Serve GET /slots (the slots and whether each is busy).")
+]
+CorsOriginsOption = Annotated[
+    str,
+    typer.Option(
+        "--cors-origins",
+        help="Comma-separated origins browser pages may call from: '*' any, 'localhost' pages on this "
+        "machine, or exact origins such as https://app.example.com.",
+    ),
+]
+
 # --- renamed spellings ---------------------------------------------------------------------
 
 # command -> {old flag: new flag}. The old spellings keep working for a release.

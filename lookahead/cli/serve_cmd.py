@@ -12,11 +12,13 @@ from rich.console import Console
 
 from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import MAX_SEQ
+from lookahead.cli.listen import bind_all, split_hosts
 from lookahead.cli.models_cmd import _RichProgress
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.models.catalog import default_cache_dir
 from lookahead.server.drain import check_replica, draining_server
+from lookahead.server.request_defaults import RequestDefaults
 
 MAX_SLOTS = MAX_SEQ // 2
 
@@ -74,6 +76,20 @@ def check_parallel(parallel: int, exact: bool) -> int:
     return 1 if exact else max(parallel, 0)
 
 
+def parse_origins(text: str) -> tuple[str, ...]:
+    """--cors-origins as a tuple: `*`, `localhost` or exact origins (`scheme://host[:port]`)."""
+    origins = tuple(o.strip().rstrip("/") for o in text.split(",") if o.strip())
+    if not origins:
+        raise ConfigError("--cors-origins is empty (use '*' for any origin)")
+    for origin in origins:
+        if origin not in ("*", "localhost") and "://" not in origin:
+            raise ConfigError(
+                f"--cors-origins: {origin!r} is not an origin (write it as scheme://host[:port], "
+                "or '*', or 'localhost')"
+            )
+    return origins
+
+
 def run_serve(
     *,
     model: str,
@@ -92,6 +108,11 @@ def run_serve(
     metrics_key: str | None = None,
     replica_id: str | None = None,
     grace_period: float = 25.0,
+    alias: str | None = None,
+    tags: str | None = None,
+    defaults: RequestDefaults | None = None,
+    cors_origins: str = "*",
+    slots_endpoint: bool = True,
 ) -> int:
     import uvicorn
 
@@ -111,17 +132,26 @@ def run_serve(
     if metrics_key is not None and not metrics_key.strip():
         raise ConfigError("--metrics-key is empty")
     parallel = check_parallel(parallel, draft.exact)
+    origins = parse_origins(cors_origins)
+    aliases = sorted({a.strip() for a in (alias or "").split(",") if a.strip()})
+    if alias is not None and not aliases:
+        raise ConfigError("--alias is empty")
     replica_id = check_replica(replica_id, grace_period)
     err = Console(stderr=True)
-    check_port(host, port)
-    if not keys and not is_loopback(host):
+    hosts = split_hosts(host)
+    sockets = bind_all(hosts, port) if len(hosts) > 1 else None  # uvicorn binds one host itself
+    if sockets is None:
+        check_port(host, port)
+    if not keys and not all(is_loopback(h.strip("[]")) for h in hosts):
         err.print(
             f"[yellow]warning:[/yellow] listening on {host} without an API key: anyone who can reach "
             "this address can use the model (set --api-key or --api-key-file)",
             highlight=False,
         )
     config = ServeConfig(
-        model_id=model,
+        model_id=aliases[0] if aliases else model,  # as llama-server: the first in sorted order
+        aliases=tuple(aliases),
+        tags=tuple(sorted({t.strip() for t in (tags or "").split(",") if t.strip()})),
         api_keys=keys,
         max_queue=queue,
         shared_index=shared_index,
@@ -131,6 +161,9 @@ def run_serve(
         draft=draft,
         parallel=parallel,
         replica_id=replica_id,
+        defaults=defaults or RequestDefaults(),
+        cors_origins=origins,
+        slots_endpoint=slots_endpoint,
     )
     if index_file is not None and not config.remembers:
         err.print(
@@ -152,14 +185,15 @@ def run_serve(
         server.should_exit = True
 
     app.state.service.on_fatal = fatal
-    err.print(f"lookahead serving {model} on http://{host}:{port}/v1 (loading the model...)", highlight=False)
+    urls = ", ".join(f"http://{h if ':' not in h or h.startswith('[') else f'[{h}]'}:{port}/v1" for h in hosts)
+    err.print(f"lookahead serving {model} on {urls} (loading the model...)", highlight=False)
     logging.getLogger("lookahead.server").setLevel(log_level.upper())
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for the
     # handler that was there before it: make that one a no-op, so a clean shutdown exits 0
     # instead of dying by the signal it just handled.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
-    server.run()
+    server.run(sockets=sockets)
     if failed:
         raise UserError(f"could not load the model: {failed[0]}")
     return 0

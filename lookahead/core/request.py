@@ -21,7 +21,7 @@ from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
 from lookahead.core.draft import Draft
 from lookahead.core.policy import Policy
-from lookahead.core.sampling import Sampler, SamplingConfig
+from lookahead.core.sampling import Sampler, SamplingConfig, TokenProbs
 from lookahead.core.text import TextStream
 from lookahead.errors import UserError
 
@@ -62,6 +62,7 @@ class Step:
     # prompt tokens the generation reused from the prompt cache (the same on every step), so
     # a reader that stops early, with no Done, still knows it (an editor's time budget)
     tokens_cached: int = 0
+    probs: tuple[TokenProbs, ...] = ()  # with sampling.n_probs: one per token emitted, in order
 
 
 @dataclass
@@ -226,6 +227,7 @@ class Request:
         whether the cache is full after the commit; `timing` is (verify_s, draft_s)."""
         verify_s, draft_s = timing
         path, bonus = accept(draft, rows, self.sampler.pick, self.history)
+        picked = self.sampler.take_probs()  # one per token of path + bonus, when asked for
         commit(draft, path)
         self.policy.observe(draft, path, verify_s, bonus)
 
@@ -259,6 +261,7 @@ class Request:
             draft_s=draft_s,
             alpha=self.policy.alpha,
             tokens_cached=st.tokens_cached,
+            probs=tuple(picked[: len(emitted)]),
         )
         if not done:
             return step, None

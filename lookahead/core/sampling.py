@@ -1,6 +1,6 @@
 """Turning one row of logits into one token, the way plain decoding would.
 
-The order follows llama.cpp's default sampler chain: repeat penalty -> top-k -> top-p ->
+The order follows llama.cpp's default sampler chain: logit bias -> repeat penalty -> top-k -> top-p ->
 min-p (on the untempered distribution) -> temperature -> draw. A draw consumes exactly one
 uniform number, so with the same seed the n-th generated token uses the n-th number whether
 or not drafts were verified: speculative output then equals plain output token for token.
@@ -29,6 +29,15 @@ class SamplingConfig:
     repeat_penalty: float = 1.0  # > 1 discourages tokens seen in the last repeat_last_n
     repeat_last_n: int = 64  # how far back the repeat penalty looks
     seed: int | None = None  # None = fresh entropy
+    # (token, bias) added to that token's logit before anything else (-inf bans it), as
+    # llama.cpp's logit_bias; a token listed twice gets both. Part of the target
+    # distribution: drafts are verified against the biased logits, so output stays exact.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # record, for each token picked, the n most likely tokens and their log-probabilities
+    # (llama.cpp's n_probs): of the model's own distribution, or with post_sampling_probs
+    # of the distribution the token was drawn from (after bias, penalty, top-k/p, min-p, temperature)
+    n_probs: int = 0
+    post_sampling_probs: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.temperature < math.inf:
@@ -43,8 +52,12 @@ class SamplingConfig:
             raise ConfigError(f"repeat_penalty must be a finite number > 0, got {self.repeat_penalty}")
         if self.repeat_last_n < 0:
             raise ConfigError(f"repeat_last_n must be >= 0, got {self.repeat_last_n}")
+        if self.n_probs < 0:
+            raise ConfigError(f"n_probs must be >= 0, got {self.n_probs}")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ConfigError(f"seed must be in [0, 2**64), got {self.seed}")
+        if any(tok < 0 or math.isnan(bias) or bias == math.inf for tok, bias in self.logit_bias):
+            raise ConfigError("logit_bias needs token ids >= 0 and biases that are numbers or -inf")
 
     @property
     def greedy(self) -> bool:
@@ -64,16 +77,75 @@ def penalize(logits: npt.NDArray[np.float32], recent: Sequence[int], penalty: fl
     return out
 
 
+def bias_logits(logits: npt.NDArray[np.float32], bias: Sequence[tuple[int, float]]) -> npt.NDArray[np.float32]:
+    """`logits` with each (token, bias) added, on a copy; ids past the row are skipped."""
+    out = np.array(logits, dtype=np.float32, copy=True)
+    for tok, b in bias:
+        if tok < len(out):
+            out[tok] += np.float32(b)
+    return out
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    """One picked token's probability and the most likely candidates beside it, most likely
+    first: log-probabilities of the model's distribution, or (`post`) probabilities of the
+    distribution the token was drawn from."""
+
+    token: int
+    value: float  # the picked token's logprob (or prob, when post)
+    top: tuple[tuple[int, float], ...]  # (token, logprob or prob)
+    post: bool = False
+
+
+def top_logprobs(logits: npt.NDArray[np.float32], n: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Log-softmax of a row, and the ids of its n largest entries, most likely first."""
+    row = logits.astype(np.float64)
+    finite = row[np.isfinite(row)]
+    peak = finite.max() if len(finite) else 0.0
+    logp = row - peak - math.log(np.exp(row - peak).sum())
+    n = min(n, len(row))
+    ids = np.argpartition(-logp, n - 1)[:n]
+    return logp, ids[np.lexsort((ids, -logp[ids]))]
+
+
 class Sampler:
-    """Picks tokens from logits rows: greedy or seeded sampling, one uniform per token."""
+    """Picks tokens from logits rows: greedy or seeded sampling, one uniform per token.
+    With `n_probs`, each pick's probabilities are kept in `probs` (the caller takes them)."""
 
     def __init__(self, config: SamplingConfig) -> None:
         self.config = config
         self._rng = np.random.default_rng(config.seed)
+        self.probs: list[TokenProbs] = []
+        self._post: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
+
+    def take_probs(self) -> list[TokenProbs]:
+        """The probabilities of the picks since the last call, in pick order."""
+        out, self.probs = self.probs, []
+        return out
 
     def pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
         """The next token after `history` (all tokens so far, prompt included)."""
+        token = self._pick(logits, history)
+        if self.config.n_probs > 0:
+            self.probs.append(self._probs_of(logits, token))
+        return token
+
+    def _probs_of(self, logits: npt.NDArray[np.float32], token: int) -> TokenProbs:
+        n = self.config.n_probs
+        if self.config.post_sampling_probs:
+            ids, probs = self._post if self._post is not None else (np.array([token]), np.array([1.0]))
+            chosen = float(probs[ids == token][0]) if np.any(ids == token) else 0.0
+            top = tuple((int(i), float(p)) for i, p in zip(ids[:n], probs[:n], strict=True) if p > 0)
+            return TokenProbs(token, chosen, top, post=True)
+        logp, ids = top_logprobs(logits, n)
+        return TokenProbs(token, float(logp[token]), tuple((int(i), float(logp[i])) for i in ids))
+
+    def _pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
         cfg = self.config
+        self._post = None
+        if cfg.logit_bias:
+            logits = bias_logits(logits, cfg.logit_bias)
         if cfg.repeat_penalty != 1.0:
             recent = history[-cfg.repeat_last_n :] if cfg.repeat_last_n > 0 else ()
             logits = penalize(logits, recent, cfg.repeat_penalty)
@@ -84,7 +156,7 @@ class Sampler:
     def _draw(self, logits: npt.NDArray[np.float32], u: float) -> int:
         cfg = self.config
         n = len(logits)
-        idx = np.argpartition(-logits, cfg.top_k - 1)[:cfg.top_k] if 0 < cfg.top_k < n else np.arange(n)
+        idx = np.argpartition(-logits, cfg.top_k - 1)[: cfg.top_k] if 0 < cfg.top_k < n else np.arange(n)
         vals = logits[idx].astype(np.float64)
         # most likely first; ties broken by token id so the order never depends on
         # argpartition's internal layout
@@ -100,5 +172,7 @@ class Sampler:
         vals = vals[:keep] / cfg.temperature
         probs = np.exp(vals - vals[0])
         cdf = np.cumsum(probs)
+        if cfg.n_probs > 0 and cfg.post_sampling_probs:
+            self._post = (idx[:keep], probs / cdf[-1])
         j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
         return int(idx[min(j, keep - 1)])

@@ -53,5 +53,5 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.include_router(routes_ops.router)
     app.include_router(routes_openai.router)
     app.include_router(native_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
-    compat.install(app)  # the OpenAI routes without /v1, CORS
+    compat.install(app, config.cors_origins)  # the OpenAI routes without /v1, CORS
     return app

@@ -4,11 +4,15 @@
   `/models`), as llama-server serves them: an OpenAI chat client whose base URL lacks `/v1`
   works;
 - CORS, so a browser page on another origin (a web UI, an editor in a browser) can call
-  the service: the request's origin is allowed back, with credentials, and the preflight
-  (`OPTIONS`) is answered without an API key, as llama-server answers it.
+  the service: an allowed origin (`--cors-origins`: any by default) is allowed back, with
+  credentials, and the preflight (`OPTIONS`) is answered without an API key, as
+  llama-server answers it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,16 +41,37 @@ class Unprefixed:
         await self.app(scope, receive, send)
 
 
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def is_local_origin(origin: str) -> bool:
+    """Whether a browser Origin (`http://localhost:3000`) is a page on this machine."""
+    try:
+        return urlsplit(origin).hostname in LOCAL_HOSTS
+    except ValueError:
+        return False
+
+
+def origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
+    """Whether `origin` may call the service: "*" allows any, "localhost" any page on this
+    machine (any scheme and port, as llama-server reads it), any other entry that origin
+    exactly (`https://app.example.com`, no trailing slash)."""
+    return any(e == "*" or e == origin or (e == "localhost" and is_local_origin(origin)) for e in allowed)
+
+
 class Cors:
-    """CORS as llama-server answers it: the caller's origin is allowed back, with
+    """CORS as llama-server answers it: an allowed caller's origin is allowed back, with
     credentials; a preflight (OPTIONS with an Origin) is answered here, 200, without an API
-    key (the browser sends none with it), naming every method and header as allowed. With
-    an API key set, a page on another origin still needs the key to get an answer."""
+    key (the browser sends none with it), naming every method and header as allowed. A
+    preflight from an origin not allowed gets the same 200 without any `Access-Control-*`
+    header (the browser then refuses the call), and so does any other request from it. With
+    an API key set, a page on an allowed origin still needs the key to get an answer."""
 
     METHODS = "GET, POST, DELETE, OPTIONS"
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, origins: Sequence[str] = ("*",)) -> None:
         self.app = app
+        self.origins = tuple(origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,13 +82,21 @@ class Cors:
         if origin is None:
             await self.app(scope, receive, send)
             return
+        preflight = scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers
+        if not origin_allowed(origin.decode("latin-1"), self.origins):
+            if preflight:
+                await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                await self.app(scope, receive, send)
+            return
         # the names capitalized as llama-server writes them (some clients compare them so)
         allow = [
             (b"Access-Control-Allow-Origin", origin),
             (b"Access-Control-Allow-Credentials", b"true"),
             (b"Vary", b"Origin"),
         ]
-        if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
+        if preflight:
             allow += [
                 (b"Access-Control-Allow-Methods", self.METHODS.encode()),
                 (b"Access-Control-Allow-Headers", b"*"),
@@ -81,7 +114,7 @@ class Cors:
         await self.app(scope, receive, with_cors)
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, cors_origins: Sequence[str] = ("*",)) -> None:
     """Add the unprefixed routes and CORS to the app (CORS outermost)."""
     app.add_middleware(Unprefixed)
-    app.add_middleware(Cors)
+    app.add_middleware(Cors, origins=cors_origins)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError
+from lookahead.server.request_defaults import RequestDefaults
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,8 @@ class ServeConfig:
     """How the service runs. Built once at the edge (`lookahead serve`, tests)."""
 
     model_id: str  # the name clients see in /v1/models and may send as `model`
+    aliases: tuple[str, ...] = ()  # every name given with --alias (model_id is one of them)
+    tags: tuple[str, ...] = ()  # --tags, listed in /v1/models
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     max_queue: int = 16  # requests waiting beyond the running one; then 429
     shared_index: bool = True  # draft from earlier requests with the same key (see index_scope)
@@ -34,6 +37,11 @@ class ServeConfig:
     parallel: int = 1
     metrics_key: str | None = None  # the key /metrics asks for; None: any API key (open when there is none)
     replica_id: str = ""  # X-Lookahead-Replica and /metrics; empty: the host's name
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)  # for fields a request leaves out
+    # origins a browser page may call from: "*" = any (echoed back), "localhost" = pages on
+    # this machine, else the exact origins listed (`compat.Cors`)
+    cors_origins: tuple[str, ...] = ("*",)
+    slots_endpoint: bool = True  # GET /slots (off: 501, as llama-server with --no-slots)
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

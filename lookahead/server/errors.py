@@ -24,6 +24,7 @@ _TYPES = {
     405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    501: "not_supported_error",  # llama-server's name for it
     503: "service_unavailable",
 }
 

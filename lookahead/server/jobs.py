@@ -126,6 +126,12 @@ class WorkerBase:
             self._cv.notify()
 
     @property
+    def running(self) -> int:
+        """Jobs generating now (not waiting)."""
+        with self._cv:
+            return len(self._running_jobs())
+
+    @property
     def busy(self) -> bool:
         with self._cv:
             return bool(self._running_jobs()) or bool(self._waiting)

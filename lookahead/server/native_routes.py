@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -27,6 +28,7 @@ from lookahead.server import errors
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job
+from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import Prepared, make_job, prepare
 from lookahead.server.native_run import Watch, follow
 from lookahead.server.native_schemas import (
@@ -45,13 +47,15 @@ router = APIRouter()
 
 @router.post("/infill", response_model=None)
 async def infill(body: InfillRequest, request: Request, caller: Caller) -> Response:
-    return await answer(ready(request), body, request, caller, "infill")
+    service = ready(request)
+    return await answer(service, service.config.defaults.apply(body), request, caller, "infill")
 
 
 @router.post("/completion", response_model=None)
 @router.post("/completions", response_model=None)  # llama-server's name for it too (not OpenAI's)
 async def completion(body: CompletionRequest, request: Request, caller: Caller) -> Response:
-    return await answer(ready(request), body, request, caller, "completion")
+    service = ready(request)
+    return await answer(service, service.config.defaults.apply(body), request, caller, "completion")
 
 
 @router.post("/tokenize")
@@ -85,14 +89,14 @@ async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) 
 async def props(request: Request, caller: Caller) -> dict[str, Any]:
     svc = ready(request)
     model = model_of(svc)
-    defaults = NativeRequest()
+    defaults = svc.config.defaults.apply(NativeRequest())
     return {
         "default_generation_settings": {"params": settings(defaults), "n_ctx": worker_of(svc).n_ctx},
         "total_slots": slot_count(svc),
         "model_alias": svc.config.model_id,
         "model_path": str(getattr(model.backend, "path", "")),
         "modalities": {"vision": False, "video": False, "audio": False},
-        "endpoint_slots": True,
+        "endpoint_slots": svc.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
         "chat_template": model.backend.meta("tokenizer.chat_template") or "",
@@ -106,8 +110,14 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
 @router.get("/slots")
 async def slots(request: Request, caller: Caller) -> list[dict[str, Any]]:
     svc = ready(request)
-    n_ctx = worker_of(svc).n_ctx
-    return [{"id": i, "n_ctx": n_ctx, "speculative": True} for i in range(slot_count(svc))]
+    if not svc.config.slots_endpoint:
+        raise APIError(501, "this server does not serve /slots: start it with --slots")
+    worker = worker_of(svc)
+    running = worker.running  # which slot a request runs in is not tracked: the first ones
+    return [
+        {"id": i, "n_ctx": worker.n_ctx, "speculative": True, "is_processing": i < running}
+        for i in range(slot_count(svc))
+    ]
 
 
 def model_of(service: Service) -> Any:
@@ -163,23 +173,35 @@ async def answer(
     worker = worker_of(service)
     memory = service.memory
     partition = memory.partition(caller) if memory is not None else ""
-    n = body.completions()
+    # one body per answer: each prompt of a list of prompts, each n_cmpl times
+    prompts = body.prompts() if isinstance(body, CompletionRequest) else [None]
+    per_prompt = [body if p is None else body.model_copy(update={"prompt": p}) for p in prompts]
+    answers = [b for b in per_prompt for _ in range(body.completions())]
+    n = len(answers)
     if body.stream and n > 1:
-        raise APIError(400, "n_cmpl > 1 is not supported with stream", param="n_cmpl")
+        raise APIError(400, "several prompts or n_cmpl > 1 are not supported with stream", param="n_cmpl")
 
     def prepare_all() -> list[Prepared]:
         with admission():
             worker.check_room()  # 429 before any work
         return [
-            prepare(model, body, worker.n_ctx, memory.source(partition) if memory is not None else None)
-            for _ in range(n)
+            prepare(model, b, worker.n_ctx, memory.source(partition) if memory is not None else None)
+            for b in answers
         ]
 
     prepared = await run_in_threadpool(prepare_all)
     first = prepared[0]
-    prompt_text = await run_in_threadpool(text_of, model, first.tokens, True)
+    prompt_texts = [await run_in_threadpool(text_of, model, p.tokens, True) for p in prepared]
     shapes = [
-        NativeShape(service.config.model_id, prompt_text, len(p.tokens), settings(body), body.return_tokens, i)
+        NativeShape(
+            service.config.model_id,
+            prompt_texts[i],
+            len(p.tokens),
+            settings(body),
+            body.return_tokens,
+            i,
+            model.backend.token_bytes,
+        )
         for i, p in enumerate(prepared)
     ]
     # llama.vim's and llama.vscode's requests that only bring new context (`n_predict: 0`)
@@ -191,6 +213,9 @@ async def answer(
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
     jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
+    bias = model_bias(model, body.logit_bias)
+    for job in jobs if bias else []:
+        job.sampling = replace(job.sampling, logit_bias=bias)
     for job in jobs:
         submit(service, job)
 
@@ -258,9 +283,10 @@ async def stream_lines(
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
                 yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
                 break
-            text, tokens = item
+            text, tokens, probs = item
             n_predicted += len(tokens)
-            yield "data: " + json.dumps(shape.partial(text, tokens, n_predicted), separators=(",", ":")) + "\n\n"
+            part = shape.partial(text, tokens, n_predicted, probs)
+            yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
     except APIError as exc:
         status = str(exc.status)
         yield "data: " + json.dumps(errors.error_body(exc.status, exc.message)) + "\n\n"

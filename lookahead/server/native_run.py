@@ -15,6 +15,7 @@ from fastapi import Request
 
 from lookahead.apps.fim import indent_cut
 from lookahead.core.engine import Done, Result, Stats, Step
+from lookahead.core.sampling import TokenProbs
 from lookahead.errors import LookaheadError, UserError
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import END, Job, ShuttingDown
@@ -38,6 +39,7 @@ class Watch:
         self.decode_start = self.start  # when the prefill ended
         self.text = ""  # what was written (cut where a stop fired)
         self.tokens: list[int] = []
+        self.probs: list[TokenProbs] = []  # with n_probs: one per token
         self.stats = Stats()
         self.sent = 0  # characters of `text` handed out so far
         self.stopped = False  # a stop of ours fired: the job must end here
@@ -53,6 +55,7 @@ class Watch:
             s.prefill_s = self.decode_start - self.start
         self.tokens += step.tokens
         s.tokens_cached = step.tokens_cached
+        self.probs += step.probs
         s.n_tokens = len(self.tokens)
         s.steps += 1
         s.drafted += step.drafted
@@ -96,7 +99,7 @@ def _raise_for(item: object) -> None:
         raise APIError(500, "internal error while generating (see the server log)")
 
 
-Piece = tuple[str, list[int]]  # text to hand out, the tokens written with it
+Piece = tuple[str, list[int], tuple[TokenProbs, ...]]  # text to hand out, the tokens written with it, their probs
 
 
 async def follow(
@@ -131,21 +134,22 @@ async def follow(
             if isinstance(item, Step):
                 text = watch.step(item)
                 if text or item.tokens:
-                    yield text, list(item.tokens)
+                    yield text, list(item.tokens), item.probs
                 if watch.stopped:
-                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit")
+                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
                     return
             elif isinstance(item, Done):
                 result = item.result
                 text = watch.finish(result)
                 if text:
-                    yield text, []
+                    yield text, [], ()
                 if watch.stopped:
-                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit")
+                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
                     return
                 kind, word = stop_of(detokenize(result.tokens), result.text, stops, result.finish_reason)
                 truncated = result.context_full or (capped and result.finish_reason == "length")
-                yield Outcome(result.text, list(result.tokens), result.stats, kind, word, truncated)
+                probs = tuple(watch.probs[: len(result.tokens)])
+                yield Outcome(result.text, list(result.tokens), result.stats, kind, word, truncated, probs)
                 return
     finally:
         job.cancel()  # a no-op once the job has ended; stops it if we stopped or the client left

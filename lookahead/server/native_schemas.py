@@ -5,8 +5,8 @@ UI and test suite) can talk to this service unchanged.
 Fields llama.cpp has and this service does not act on are accepted and ignored when
 ignoring them does not change the text a client gets (`t_max_prompt_ms`, which llama.cpp
 itself does not implement; `cache_prompt`, `id_slot`, `n_keep`, ...); the few that would
-change it and are not implemented (`n_probs`, `logit_bias`, `grammar`, `json_schema`) are a
-400 naming the field.
+change it and are not implemented (`grammar`, `json_schema`) are a 400 naming the field.
+`logit_bias` is read with the model's tokenizer (`logit_bias.py`).
 """
 
 from __future__ import annotations
@@ -63,25 +63,12 @@ class NativeRequest(BaseModel):
     return_tokens: bool = False
     n_cmpl: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
     n: int | None = Field(default=None, ge=1, le=MAX_COMPLETIONS)
-    n_probs: int = 0
-    logit_bias: Any = None
+    n_probs: int = Field(default=0, ge=0)  # completion_probabilities: the n most likely tokens at each
+    post_sampling_probs: bool = False  # ... of the distribution drawn from, not the model's
+    logit_bias: Any = None  # read with the model's tokenizer: `logit_bias.py`
     grammar: str | None = None
     json_schema: Any = None
     lookahead: LookaheadOptions | None = None
-
-    @field_validator("n_probs")
-    @classmethod
-    def _no_probs(cls, v: int) -> int:
-        if v > 0:
-            raise _unsupported("n_probs", "token probabilities are not reported")
-        return v
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, v: Any) -> Any:
-        if v:
-            raise _unsupported("logit_bias", "the sampler has no logit bias")
-        return v
 
     @field_validator("grammar", "json_schema")
     @classmethod
@@ -119,6 +106,8 @@ class NativeRequest(BaseModel):
             repeat_penalty=self.repeat_penalty if "penalties" in on else 1.0,
             repeat_last_n=self.repeat_last_n,
             seed=seed,
+            n_probs=self.n_probs,
+            post_sampling_probs=self.post_sampling_probs,
         )
 
 
@@ -138,17 +127,49 @@ class InfillRequest(NativeRequest):
     prompt: StrictStr = ""
 
 
-class CompletionRequest(NativeRequest):
-    """`/completion`: the prompt as text, as token ids, or a mix (llama.cpp's forms)."""
+Prompt = str | list[int | str]  # one prompt: text, token ids, or a mix of both
 
-    prompt: StrictStr | list[int | StrictStr]
 
-    @field_validator("prompt")
-    @classmethod
-    def _not_empty(cls, v: str | list[int | str]) -> str | list[int | str]:
+def _one_prompt(v: Any) -> Prompt:
+    """One prompt in any of llama.cpp's forms, the object form (`{"prompt_string": ...}`) read
+    to its text; ValueError for what is not a prompt."""
+    if isinstance(v, dict):
+        if v.get("multimodal_data"):
+            raise ValueError("multimodal_data is not supported by this server (text models only)")
+        v = v.get("prompt_string")
+    if isinstance(v, str):
         if not v:
             raise ValueError("the prompt is empty")
         return v
+    if isinstance(v, list) and v and all(isinstance(t, int | str) and not isinstance(t, bool) for t in v):
+        return list(v)
+    raise ValueError("a prompt is a text, a list of token ids (texts may be mixed in), or {'prompt_string': text}")
+
+
+class CompletionRequest(NativeRequest):
+    """`/completion`: the prompt as text, as token ids, or a mix (llama.cpp's forms), or a
+    list of such prompts (each answered in turn, the answer a list), read as llama.cpp reads
+    them: a list of ids, or of ids and texts, is one prompt; any other list is several."""
+
+    prompt: StrictStr | dict[str, Any] | list[Any]
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompts_readable(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("the prompt is empty")
+        cls.split(v)
+        return v
+
+    @staticmethod
+    def split(v: Any) -> list[Prompt]:
+        if isinstance(v, list) and not any(isinstance(t, int) and not isinstance(t, bool) for t in v):
+            return [_one_prompt(p) for p in v]  # texts, id lists, objects: one prompt each
+        return [_one_prompt(v)]
+
+    def prompts(self) -> list[Prompt]:
+        """The request's prompts, each as text, ids or a mix."""
+        return self.split(self.prompt)
 
 
 class TokenizeRequest(BaseModel):

@@ -12,11 +12,12 @@ writes it and llama.vim reads it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lookahead.core.engine import Stats
+from lookahead.core.sampling import TokenProbs
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Outcome:
     stop_type: str  # "eos", "word" (a stop string), "limit" (n_predict, n_indent, time, context)
     stopping_word: str = ""
     truncated: bool = False  # the context ran out
+    probs: tuple[TokenProbs, ...] = ()  # with n_probs: one per token
 
 
 def stop_of(full_text: str, text: str, stops: Sequence[str], finish_reason: str) -> tuple[str, str]:
@@ -41,6 +43,23 @@ def stop_of(full_text: str, text: str, stops: Sequence[str], finish_reason: str)
         if rest.startswith(word):
             return "word", word
     return "eos", ""
+
+
+def probs_json(probs: Sequence[TokenProbs], piece: Callable[[int], bytes]) -> list[dict[str, Any]]:
+    """llama.cpp's `completion_probabilities`: per token its id, text, bytes and logprob (or
+    prob, with post_sampling_probs), and the most likely candidates in the same form."""
+
+    def one(token: int, value: float, key: str) -> dict[str, Any]:
+        raw = piece(token)
+        return {"id": token, "token": raw.decode("utf-8", "replace"), "bytes": list(raw), key: value}
+
+    out = []
+    for p in probs:
+        key, top_key = ("prob", "top_probs") if p.post else ("logprob", "top_logprobs")
+        entry = one(p.token, p.value, key)
+        entry[top_key] = [one(t, v, key) for t, v in p.top]
+        out.append(entry)
+    return out
 
 
 def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
@@ -90,12 +109,13 @@ class NativeShape:
     settings: dict[str, Any]  # generation_settings
     return_tokens: bool = False
     index: int = 0
+    piece: Callable[[int], bytes] | None = None  # a token's bytes, for completion_probabilities
 
     def final(self, out: Outcome, streamed: bool = False, cache_n: int = 0) -> dict[str, Any]:
         """The last (or only) body; a stream's last one carries no content of its own.
         `cache_n`: prompt tokens reused from the KV cache (default: what the generation says)."""
         cache_n = cache_n or out.stats.tokens_cached
-        return {
+        body = {
             "index": self.index,
             "content": "" if streamed else out.text,
             "tokens": [] if streamed or not self.return_tokens else out.tokens,
@@ -114,10 +134,15 @@ class NativeShape:
             "tokens_cached": cache_n,
             "timings": timings(out.stats, self.n_prompt - cache_n, cache_n),
         }
+        if out.probs and not streamed and self.piece is not None:
+            body["completion_probabilities"] = probs_json(out.probs, self.piece)
+        return body
 
-    def partial(self, text: str, tokens: list[int], n_predicted: int) -> dict[str, Any]:
+    def partial(
+        self, text: str, tokens: list[int], n_predicted: int, probs: Sequence[TokenProbs] = ()
+    ) -> dict[str, Any]:
         """One streamed piece of text."""
-        return {
+        body = {
             "index": self.index,
             "content": text,
             "tokens": tokens if self.return_tokens else [],
@@ -126,3 +151,6 @@ class NativeShape:
             "tokens_predicted": n_predicted,
             "tokens_evaluated": self.n_prompt,
         }
+        if probs and self.piece is not None:
+            body["completion_probabilities"] = probs_json(probs, self.piece)
+        return body

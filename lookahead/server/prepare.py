@@ -24,6 +24,7 @@ from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, QueueFull, ShuttingDown
+from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import openai_prompt
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
@@ -87,7 +88,10 @@ def prepare(
             code="context_length_exceeded",
         )
     try:
-        sampling = SamplingConfig(temperature=body.temperature, top_p=body.top_p, top_k=0, seed=body.seed)
+        bias = model_bias(model, body.logit_bias)
+        sampling = SamplingConfig(
+            temperature=body.temperature, top_p=body.top_p, top_k=0, seed=body.seed, logit_bias=bias
+        )
         draft = draft_config(config.draft, body)
     except UserError as exc:
         raise APIError(400, str(exc), param="lookahead") from exc

@@ -16,9 +16,19 @@ router = APIRouter()
 
 @router.get("/v1/models")
 async def list_models(service: ServiceDep, caller: Caller) -> dict[str, Any]:
+    config = service.config
     return {
         "object": "list",
-        "data": [{"id": service.config.model_id, "object": "model", "created": 0, "owned_by": "lookahead"}],
+        "data": [
+            {
+                "id": config.model_id,
+                "object": "model",
+                "created": 0,
+                "owned_by": "lookahead",
+                "aliases": list(config.aliases or (config.model_id,)),
+                "tags": list(config.tags),
+            }
+        ],
     }
 
 
@@ -26,11 +36,13 @@ async def list_models(service: ServiceDep, caller: Caller) -> dict[str, Any]:
 async def completions(
     body: CompletionRequest, request: Request, caller: Caller
 ) -> Response | dict[str, Any]:
-    return await serve(ready(request), body, request, caller, chat=False)
+    service = ready(request)
+    return await serve(service, service.config.defaults.apply(body), request, caller, chat=False)
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, caller: Caller
 ) -> Response | dict[str, Any]:
-    return await serve(ready(request), body, request, caller, chat=True)
+    service = ready(request)
+    return await serve(service, service.config.defaults.apply(body), request, caller, chat=True)

@@ -2,10 +2,12 @@
 
 The suite's `utils.py` runs the program named by LLAMA_SERVER_BIN_PATH with llama-server's
 options; this reads the ones that describe the service (host, port, API key, context size,
-slots, model alias) and starts `lookahead serve` with them on one model for every test:
-LOOKAHEAD_COMPAT_MODEL (default: the default model, Qwen2.5-Coder-0.5B). The model options
-(`--hf-repo`, `--model`, ...) and the rest (`--temp`, `--seed`, `--batch-size`, ...) are
-read and left unused: the suite's models are not downloaded.
+slots, model alias, the request defaults `--temp`, `--seed` and `--n-predict`, CORS origins,
+`--no-slots`)
+and starts `lookahead serve` with them on one model for every test: LOOKAHEAD_COMPAT_MODEL
+(default: the default model, Qwen2.5-Coder-0.5B). The model options (`--hf-repo`,
+`--model`, ...) and the rest (`--batch-size`, `--jinja`, ...) are read and left unused: the
+suite's models are not downloaded.
 
     python tests/compat/llama_server_shim.py --host 127.0.0.1 --port 8080 --ctx-size 512 ...
 """
@@ -28,14 +30,21 @@ def serve_args(argv: list[str]) -> list[str]:
     p.add_argument("--ctx-size", "-c", type=int, default=0)
     p.add_argument("--parallel", "-np", type=int, default=1)
     p.add_argument("--threads", "-t", type=int, default=0)
-    p.add_argument("--alias")
+    p.add_argument("--alias", "-a")
+    p.add_argument("--temp")
+    p.add_argument("--seed", "-s")
+    p.add_argument("--n-predict", "-n")
+    p.add_argument("--cors-origins")
+    p.add_argument("--tags")
+    p.add_argument("--slots", action="store_true")
+    p.add_argument("--no-slots", action="store_true")
     known, _ = p.parse_known_args(argv)
     args = [
         "serve",
         "--model",
         os.environ.get("LOOKAHEAD_COMPAT_MODEL", DEFAULT_MODEL),
         "--host",
-        known.host.split(",")[0],
+        known.host,
         "--port",
         str(known.port),
         "--parallel",
@@ -47,6 +56,18 @@ def serve_args(argv: list[str]) -> list[str]:
         args += ["--n-ctx", str(known.ctx_size)]
     if known.api_key:
         args += ["--api-key", known.api_key]
+    for flag, value in (
+        ("--alias", known.alias),
+        ("--temp", known.temp),
+        ("--seed", known.seed),
+        ("--n-predict", known.n_predict),
+        ("--cors-origins", known.cors_origins),
+        ("--tags", known.tags),
+    ):
+        if value is not None:
+            args += [flag, value]
+    if known.no_slots and not known.slots:
+        args.append("--no-slots")
     return args
 
 
