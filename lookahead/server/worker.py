@@ -6,7 +6,8 @@ sets `cancelled`: the thread notices between two verify steps, or between two ch
 prompt's prefill (`n_batch` tokens each), and closes the generator, so the next request
 starts within one step or one chunk. A request with `cache_prompt` leaves its KV cells (the
 committed ones are consistent at either point): the next one keeps those of the prefix it
-shares with them and frees the rest; any other frees every cell when it ends. A failure in
+shares with them and frees the rest; any other frees every cell when it ends. A warm-up
+(`n_predict: 0`, `Job.warm_up`) only prefills its prompt into the cache (`engine.warm`). A failure in
 one generation is that request's error, never the thread's end. The queue, the shutdown and
 the guarded `on_done` are `jobs.WorkerBase`'s.
 """
