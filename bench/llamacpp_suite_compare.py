@@ -8,7 +8,8 @@ those fail on llama-server too with another model.
         --out bench/results/llamacpp-suite-COMMIT --note "2-vCPU AMD EPYC, shared"
 
 writes OUT.json (per test: its outcome on each side) and OUT.md (a table per file, and the
-tests that pass on llama-server and not on lookahead).
+tests that pass on llama-server and not on lookahead). Several lookahead files may be given
+(a full run, then a rerun of some tests at a later commit): a test's outcome is its last.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ def read_junit(path: Path) -> Outcomes:
 
 
 def compare(reference: Outcomes, candidate: Outcomes) -> dict[str, object]:
-    """Per file: tests run, passing on the reference, of those passing on the candidate."""
+    """Per file: tests run on both, passing on the reference, of those passing on the
+    candidate (tests only one side ran are listed apart, not counted)."""
     files: dict[str, dict[str, int]] = defaultdict(lambda: {"tests": 0, "reference": 0, "both": 0, "candidate": 0})
     lost = []
-    for name in sorted(set(reference) | set(candidate)):
+    both_ran = set(reference) & set(candidate)  # a run cut short compares on what both ran
+    for name in sorted(both_ran):
         row = files[name.split("::")[0]]
         row["tests"] += 1
         ref_ok = reference.get(name) == "passed"
@@ -61,9 +64,10 @@ def compare(reference: Outcomes, candidate: Outcomes) -> dict[str, object]:
         "ratio": total["both"] / total["reference"] if total["reference"] else None,
         "pass_on_llama_server_only": lost,
         "pass_on_lookahead_only": sorted(
-            n for n in candidate if candidate[n] == "passed" and reference.get(n) != "passed"
+            n for n in both_ran if candidate[n] == "passed" and reference[n] != "passed"
         ),
-        "tests": {n: {"llama-server": reference.get(n), "lookahead": candidate.get(n)} for n in sorted(reference)},
+        "run_on_one_side_only": sorted(set(reference) ^ set(candidate)),
+        "tests": {n: {"llama-server": reference.get(n), "lookahead": candidate.get(n)} for n in sorted(both_ran)},
     }
 
 
@@ -93,11 +97,14 @@ def table(result: dict[str, object], note: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reference", type=Path, help="junit XML of the run against llama-server")
-    p.add_argument("candidate", type=Path, help="junit XML of the run against lookahead serve")
+    p.add_argument("candidate", type=Path, nargs="+", help="junit XML of the run(s) against lookahead serve")
     p.add_argument("--out", type=Path, required=True, help="write OUT.json and OUT.md")
     p.add_argument("--note", default="", help="the machine and model, written above the table")
     args = p.parse_args()
-    result = compare(read_junit(args.reference), read_junit(args.candidate))
+    candidate: Outcomes = {}
+    for path in args.candidate:
+        candidate.update(read_junit(path))
+    result = compare(read_junit(args.reference), candidate)
     result["note"] = args.note
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lookahead.core.control import ForcedPolicy
 from lookahead.core.draft import SOURCE_PREDICTION, Draft
-from lookahead.core.policy import Offer
 
 NextToken = Callable[[int], int | None]  # the output token `offset` places ahead, or None if unknown
 
@@ -77,16 +77,17 @@ class OracleDrafter:
         return Draft.chain(self.truth[start : start + min(budget, max_depth)], source=SOURCE_PREDICTION)
 
 
-class OraclePolicy:
+class OraclePolicy(ForcedPolicy):
     """Verifies, each step, the draft prefix best on the cost curve given the right tokens
-    (the engine's Policy protocol). `next_token` is where it learns them."""
+    (the engine's Policy protocol). `next_token` is where it learns them; in a batch its
+    choice is forced (the oracle knows its worth better than any estimate)."""
 
     def __init__(
         self, next_token: NextToken, cost: Callable[[int], float], k_max: int = 64, branches: int = 1
     ) -> None:
+        super().__init__()
         self.next_token, self.cost = next_token, cost
         self._k_max, self._branches = k_max, branches
-        self._steps = self._accepted = 0
 
     @property
     def budget(self) -> int:
@@ -100,27 +101,5 @@ class OraclePolicy:
     def branches(self) -> int:
         return self._branches
 
-    @property
-    def alpha(self) -> float:
-        return self._accepted / self._steps if self._steps else 0.0
-
-    def begin(self) -> None:
-        """Nothing per request: `next_token` follows the request."""
-
-    def could_pay(self, nodes: int) -> bool:
-        return True
-
     def choose(self, draft: Draft) -> int:
         return best_prefix(draft, min(len(draft), self._k_max), self.next_token, self.cost)
-
-    def offer(self, draft: Draft) -> Offer:
-        """The best prefix, forced (the oracle knows its worth better than any estimate)."""
-        n = self.choose(draft)
-        return Offer(np.ones(n), forced=n)
-
-    def for_batch(self) -> OraclePolicy:
-        return self
-
-    def observe(self, verified: Draft, accepted: list[int], seconds: float, bonus: int | None = None) -> None:
-        self._steps += 1
-        self._accepted += len(accepted)

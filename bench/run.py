@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from bench.methods import (
     Runner,
     needs_truth,
 )
+from bench.provenance import git_commit
 from bench.tasks import KINDS, PROMPT_SETS, Task, load_tasks
 from lookahead.errors import UserError
 from lookahead.models import catalog as models
@@ -191,22 +191,6 @@ def record(p: Planned, m: Measurement, config_id: str, commit: str | None) -> di
         "step_verify_s": _r(m.step_verify_s), "step_draft_s": _r(m.step_draft_s),
         "extra": m.extra,
     }  # fmt: skip
-
-
-def git_commit() -> str | None:
-    """The checkout's commit, with +dirty when the tree has changes."""
-    cwd = Path(__file__).parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=cwd,
-            timeout=5,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("+dirty" if dirty else "")) or None
 
 
 def machine_info(threads: int) -> dict[str, Any]:

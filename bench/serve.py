@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -37,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from bench.provenance import run_info
 from bench.tasks import load_tasks
 from lookahead.api import load
 from lookahead.backend.llama import BackendConfig
@@ -292,14 +291,8 @@ def main(argv: list[str] | None = None) -> None:
         mem_off, lambda: load(path, backend=backend)
     ) as off:
         mem_records = memory_runs(on, off, sequences, args.max_tokens)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    from lookahead.backend.probe import cpu_model
-
     info = {
-        "model": args.model,
-        "cpu": f"{cpu_model()} ({platform.machine()})",
-        "threads": args.threads or "all",
-        "commit": commit,
+        **run_info(args.model, args.threads or "all"),
         "max_tokens": args.max_tokens,
         "t1_ms": 1e3 * t1,
         "command": "python -m bench.serve" + (" --quick" if args.quick else "") + f" --model {args.model}",

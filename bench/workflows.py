@@ -23,15 +23,14 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import run_info
 from bench.tasks import load_tasks
 from bench.tasks_tune import tasks_of as tune_tasks_of
 from lookahead.api import Model, load
@@ -163,14 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repeat {rep + 1}/{args.repeats} done", flush=True)
 
     rows = summarize(records)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    from lookahead.backend.probe import cpu_model
-
     info = {
-        "model": args.model,
-        "cpu": f"{cpu_model()} ({platform.machine()})",
-        "threads": args.threads,
-        "commit": commit.stdout.strip(),
+        **run_info(args.model, args.threads),
         "repeats": args.repeats,
         "context_files": len(context.files) if context else 0,
         "context_tokens": context.n_tokens if context else 0,

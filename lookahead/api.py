@@ -57,7 +57,7 @@ class Model:
         curve), the step's node budget (what one request may verify alone, shared by the
         batch), and with `govern` a thread governor of its own (see `MachineTuning.govern_batch`)."""
         cost = self.drafting.cost.spawn(self.drafting.cost.measured, context=False)
-        batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain, per_request=draft.fair)
+        batch = Batch(slots, cost, budget=draft.budget, min_gain=draft.min_gain, slack=draft.fairness_slack)
         if govern:
             self.tuning.govern_batch(batch, slots)
         return batch

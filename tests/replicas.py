@@ -3,21 +3,19 @@ configured from the shipped `deploy/haproxy.cfg` (only addresses and check inter
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
 from lookahead.server.background import free_port
 from lookahead.server.replica import REPLICA_HEADER
+from lookahead.server.spawn import ServeProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 HAPROXY_CFG = ROOT / "deploy" / "haproxy.cfg"
@@ -25,73 +23,22 @@ HAPROXY_CFG = ROOT / "deploy" / "haproxy.cfg"
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
 
 
-@dataclass
-class Replica:
-    name: str
-    port: int
-    model: Path
-    keys_file: Path
-    workdir: Path
-    proc: subprocess.Popen[str] | None = None
-    log: IO[str] | None = None
+class Replica(ServeProcess):
+    """One `lookahead serve` replica: its name, its keys and its index file in `workdir`."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, name: str, port: int, model: Path, keys_file: Path, workdir: Path) -> None:
+        self.name, self.keys_file, self.workdir = name, keys_file, workdir
+        args = ["--model", str(model), "--threads", "1", "--parallel", "1", "--n-ctx", "1024",
+                "--replica-id", name, "--index-file", str(self.index_file), "--api-key-file", str(keys_file),
+                "--grace-period", "15", "--log-level", "warning"]  # fmt: skip
+        super().__init__(args, workdir / f"{name}.log", port)
 
     @property
     def index_file(self) -> Path:
         return self.workdir / f"{self.name}.index.json"
 
-    def start(self) -> None:
-        self.log = open(self.workdir / f"{self.name}.log", "a")  # noqa: SIM115 - closed in kill/stop
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(self.model),
-             "--port", str(self.port), "--threads", "1", "--parallel", "1", "--n-ctx", "1024",
-             "--replica-id", self.name, "--index-file", str(self.index_file),
-             "--api-key-file", str(self.keys_file), "--grace-period", "15", "--log-level", "warning"],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, text=True,
-        )
-
-    def wait_healthy(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.alive, f"{self.name} exited: {self.read_log()}"
-            assert time.monotonic() < deadline, f"{self.name} never became healthy: {self.read_log()}"
-            time.sleep(0.2)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: the replica dies as in a crash (no drain, no last save)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self._close_log()
-
-    def stop(self, timeout: float = 60) -> int:
-        """SIGTERM, as an orchestrator stops it; the exit status."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        self._close_log()
-        return code
-
     def read_log(self) -> str:
-        path = self.workdir / f"{self.name}.log"
-        return path.read_text()[-3000:] if path.exists() else ""
-
-    def _close_log(self) -> None:
-        if self.log is not None:
-            self.log.close()
-            self.log = None
+        return self.output()[-3000:]
 
     def queue_depth(self) -> float:
         key = self.keys_file.read_text().split()[0]  # /metrics asks for any API key

@@ -8,6 +8,7 @@ import pytest
 from lookahead.backend.llama import BackendConfig, LlamaBackend
 from lookahead.core.draft import Draft
 from lookahead.core.exactness import exact_batch_limit
+from tests.trees import random_tree
 
 pytestmark = pytest.mark.model
 
@@ -40,25 +41,6 @@ def fresh_logits(ref: LlamaBackend, tokens: list[int]) -> np.ndarray:
     return row
 
 
-def random_tree(rng: np.random.Generator, n_vocab: int, branches: int) -> Draft:
-    toks: list[int] = []
-    parents: list[int] = []
-    for _ in range(branches):
-        parent = -1 if not toks or rng.random() < 0.5 else int(rng.integers(0, len(toks)))
-        for _ in range(int(rng.integers(1, 4))):
-            tok = int(rng.integers(0, 2000))
-            if any(parents[i] == parent and toks[i] == tok for i in range(len(toks))):
-                break
-            toks.append(tok)
-            parents.append(parent)
-            parent = len(toks) - 1
-    n = len(toks)
-    ones = np.ones(n, np.float32)
-    draft = Draft(np.array(toks, np.int32), np.array(parents, np.int32), np.zeros(n, np.int8), ones, ones)
-    draft.check()
-    return draft
-
-
 def test_tree_rows_and_later_steps_equal_fresh_decoding(backend, reference) -> None:
     """Every node's logits equal one-by-one decoding of its path, and after each commit
     (random accepted paths, so rejected cells get freed or parked) the cache behaves as if
@@ -73,7 +55,7 @@ def test_tree_rows_and_later_steps_equal_fresh_decoding(backend, reference) -> N
     root = hist[-1]
     parked_seen = False
     for _ in range(10):
-        draft = random_tree(rng, backend.n_vocab, branches=4)
+        draft = random_tree(rng, 2000, branches=4, p_root=0.5)
         rows = backend.verify(root, draft)
         assert np.array_equal(rows[0], fresh_logits(reference, hist))
         for i in range(len(draft)):

@@ -11,6 +11,7 @@ import pytest
 from lookahead.backend.kv_cache import BatchArrays, KVSlot, choose_slot, common_prefix
 from lookahead.core.draft import Draft
 from lookahead.errors import BackendError
+from tests.trees import random_tree
 
 B = 4  # branch ids per slot
 
@@ -63,25 +64,8 @@ def check(cells: Cells, slot: KVSlot) -> None:
     assert len(parked) == slot.parked
 
 
-def random_tree(rng: np.random.Generator) -> Draft:
-    toks: list[int] = []
-    parents: list[int] = []
-    for _ in range(int(rng.integers(1, B + 1))):
-        parent = -1 if not toks or rng.random() < 0.4 else int(rng.integers(0, len(toks)))
-        for _ in range(int(rng.integers(1, 4))):
-            tok = int(rng.integers(0, 50))
-            if any(parents[i] == parent and toks[i] == tok for i in range(len(toks))):
-                break
-            toks.append(tok)
-            parents.append(parent)
-            parent = len(toks) - 1
-    n = len(toks)
-    ones = np.ones(n, np.float32)
-    return Draft(np.array(toks, np.int32), np.array(parents, np.int32), np.zeros(n, np.int8), ones, ones)
-
-
 def step(cells: Cells, slot: KVSlot, batch: BatchArrays, rng: np.random.Generator) -> None:
-    draft = random_tree(rng) if rng.random() < 0.8 else Draft.empty()
+    draft = random_tree(rng, 50, int(rng.integers(1, B + 1)), p_root=0.4) if rng.random() < 0.8 else Draft.empty()
     slot.put_verify(batch, 0, int(rng.integers(0, 50)), draft)
     cells.decode(batch, len(draft) + 1)
     node = int(rng.integers(-1, len(draft))) if len(draft) else -1

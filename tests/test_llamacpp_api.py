@@ -283,3 +283,47 @@ def test_a_list_of_prompts_is_answered_with_a_list_in_order(server: Running) -> 
     assert answers[3]["tokens_evaluated"] < answers[0]["tokens_evaluated"]
     mixed = post(server, "/completion", {**base, "prompt": [*ids[:2], "fibonacci", 13]}).json()
     assert isinstance(mixed, dict) and mixed["tokens_evaluated"] > 3  # ids and text: one prompt
+
+
+def test_openai_logprobs_on_chat_and_completions(server: Running) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=120, max_retries=0)
+    msgs: Any = [{"role": "user", "content": "Write a haiku"}]
+    chat = client.chat.completions.create(
+        model="m", messages=msgs, max_tokens=5, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == chat.usage.completion_tokens  # type: ignore[union-attr]
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3 and t.top_logprobs[0].token == t.token
+    stream = client.chat.completions.create(
+        model="m", messages=msgs, max_tokens=5, temperature=0, logprobs=True, top_logprobs=2, stream=True
+    )
+    streamed = [
+        t.token for c in stream if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content or []
+    ]
+    assert streamed == [t.token for t in content]
+    legacy = client.completions.create(model="m", prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2)
+    lp = legacy.choices[0].logprobs
+    assert lp is not None and "".join(lp.tokens or []) == legacy.choices[0].text
+    assert len(lp.token_logprobs or []) == 4 and all(len(d) <= 2 for d in lp.top_logprobs or [])
+    assert lp.text_offset == sorted(lp.text_offset or []) and (lp.text_offset or [1])[0] == 0
+    plain = client.chat.completions.create(model="m", messages=msgs, max_tokens=2, temperature=0)
+    assert plain.choices[0].logprobs is None
+
+
+def test_a_chat_stream_opens_with_the_role_alone_and_ends_with_timings(server: Running) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with server.client(KEY) as c, c.stream("POST", "/chat/completions", json=body) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert all("role" not in e["choices"][0]["delta"] for e in events[1:] if e["choices"])
+    usage = events[-1]
+    assert usage["choices"] == [] and usage["timings"]["predicted_n"] == usage["usage"]["completion_tokens"]

@@ -190,16 +190,35 @@ def test_kv_cells_never_leak_nor_overflow(plan, slots) -> None:  # type: ignore[
     assert model.max_used <= model.n_ctx
 
 
-def test_the_default_parallel_is_the_largest_n_up_to_4_that_pays() -> None:
-    from lookahead.core.multi import batching_bound, default_parallel
+def test_the_default_parallel_batches_only_where_it_beats_serial_drafting() -> None:
+    """The batch must beat what one request at a time gains from drafting on the same curve,
+    not plain decoding: where a user measured --parallel 4 at 0.96x of the serial service on
+    a mixed load (2-vCPU EPYC, t(4) = 2.56 t(1), bound 1.56x), the default is 1; on a curve
+    that batches cheaply (a Xeon's t(4) = 1.71) it is 4; a batch that costs its tokens, 1."""
+    from lookahead.core.multi import batching_bound, default_parallel, serial_drafting_gain
 
-    shape = {1: 1.0, 2: 1.8, 3: 2.2, 4: 2.4, 8: 4.0}
-    assert default_parallel(CostModel(shape, prior=shape)) == 4
+    epyc = {1: 1.0, 2: 1.77, 4: 2.56, 8: 4.01, 16: 5.95, 32: 10.7, 64: 19.0}
+    assert batching_bound(CostModel(epyc, prior=epyc), 4) == pytest.approx(4 / 2.56)
+    assert default_parallel(CostModel(epyc, prior=epyc)) == 1
+    xeon = {1: 1.0, 2: 1.33, 4: 1.71, 8: 2.88, 16: 4.59, 32: 8.47, 64: 15.9}
+    assert default_parallel(CostModel(xeon, prior=xeon)) == 4
     linear = {n: float(n) for n in (1, 2, 3, 4, 8)}  # a batch costs as much as its tokens
+    assert serial_drafting_gain(CostModel(linear, prior=linear)) == pytest.approx(1.0)
     assert default_parallel(CostModel(linear, prior=linear)) == 1
-    only_two = {1: 1.0, 2: 1.5, 3: 2.9, 4: 3.9, 8: 8.0}
-    assert default_parallel(CostModel(only_two, prior=only_two)) == 2
-    assert batching_bound(CostModel(shape, prior=shape), 4) == pytest.approx(4 / 2.4)
+    # cheap up to 3 tokens, dear from 4: the largest N that pays, not the largest N
+    three = {1: 1.0, 2: 1.05, 3: 1.1, 4: 3.9, 8: 8.0, 16: 16.0, 64: 64.0}
+    assert default_parallel(CostModel(three, prior=three)) == 3
+
+
+def test_serial_drafting_gain_is_the_best_chain_on_the_curve() -> None:
+    """One acceptance of 1.0 on a curve where t(n) = 1 + (n - 1) / 4: a chain of 64 yields
+    64 tokens in 16.75 steps; a chance of 0 gains nothing."""
+    from lookahead.core.multi import serial_drafting_gain
+
+    curve = {n: 1.0 + (n - 1) / 4 for n in (1, 2, 4, 8, 16, 32, 64)}
+    cost = CostModel(curve, prior=curve)
+    assert serial_drafting_gain(cost, (1.0,)) == pytest.approx(64 / 16.75)
+    assert serial_drafting_gain(cost, (0.0,)) == pytest.approx(1.0)
 
 
 class ClockedMulti(FakeMultiModel):
@@ -313,3 +332,20 @@ def test_oracle_drafts_accept_many_tokens_a_step_stop_mid_path_and_prefill_in_ch
     assert any(0 < s.accepted < s.drafted for s in steps)  # the walk stopped mid-path
     assert any(s.accepted == s.drafted == 8 for s in steps)  # and went to the end of a draft
     assert model.n_used == 0
+
+
+def test_each_step_says_who_took_part_and_splits_its_time_by_the_batchs_clock() -> None:
+    """The step-timing bench charges each request the steps it took part in: a step lists
+    the requests it prefilled and verified, and its decodes fit inside the whole step."""
+    ticks = iter(range(10**6))
+    model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, chunk=16, clock=lambda: float(next(ticks)))
+    first = batch.add(prompt(0), config(0, False, 30))
+    batch.step()
+    assert batch.last.verified == [first.id] and batch.last.prefilled == [first.id]
+    long = batch.add(prompt(1, 40), config(1, False, 4))
+    batch.step()
+    info = batch.last
+    assert info.prefilled == [long.id] and info.verified == [first.id]
+    assert info.prefill_s > 0 and info.verify_s > 0
+    assert info.prefill_s + info.verify_s < info.step_s

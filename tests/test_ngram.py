@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lookahead.core.draft import SOURCE_NGRAM
 from lookahead.index.ngram import NgramIndex
-from tests.streams import feed_in_chunks, same_ranking
+from tests.streams import check_greedy_then_alternatives, feed_in_chunks, same_ranking
 
 ORDER = 3
 
@@ -123,36 +123,7 @@ def test_estimate_by_hand() -> None:
 def test_propose_is_greedy_then_alternatives(stream: list[int], depth: int, n_cand: int) -> None:
     index = NgramIndex(max_order=ORDER, min_p=0.01)
     index.observe(stream)
-    cands = index.propose(depth, n_cand)
-    assert len(cands) <= n_cand
-    paths = [tuple(c.tokens.tolist()) for c in cands]
-    for c, path in zip(cands, paths, strict=True):
-        assert c.source == SOURCE_NGRAM
-        assert 1 <= len(path) <= depth
-        assert np.all(c.q > 0) and np.all(c.q <= 1)
-        assert np.prod(c.q.astype(np.float64)) >= index.min_p * (1 - 1e-6)
-        for other in paths:  # distinct, and no path is a prefix of another
-            assert other == path or other[: len(path)] != path
-    # The first candidate is the greedy chain of next_tokens, followed to its end.
-    greedy: list[int] = []
-    p = 1.0
-    while len(greedy) < depth:
-        opts = index.next_tokens(stream + greedy, limit=1)
-        if not opts or p * opts[0][1] < index.min_p:
-            break
-        greedy.append(opts[0][0])
-        p *= opts[0][1]
-    assert (paths[0] if paths else ()) == tuple(greedy)
-    # Every token of every path is one of next_tokens' options, with its q.
-    for c in cands:
-        toks = c.tokens.tolist()
-        for j, tok in enumerate(toks):
-            q_of = dict(index.next_tokens(stream + toks[:j]))
-            assert math.isclose(q_of[tok], float(c.q[j]), rel_tol=1e-6)
-    # A second option at the root worth drafting gives a second candidate.
-    first = index.next_tokens(stream, limit=2)
-    if n_cand > 1 and len(first) == 2 and first[1][1] >= index.min_p:
-        assert len(cands) >= 2
+    check_greedy_then_alternatives(index, index.propose(depth, n_cand), SOURCE_NGRAM, depth, n_cand, stream)
 
 
 def test_a_token_keeps_the_q_of_the_highest_order_that_saw_it() -> None:

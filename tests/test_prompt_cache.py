@@ -107,7 +107,8 @@ def test_a_prompt_sharing_nothing_evicts_the_cache(smol_model: Any) -> None:
     assert warm.tokens == gen(smol_model, other, PLAIN, cache=False).tokens
 
 
-def test_two_interleaved_sessions_on_two_slots_each_hit_their_own_slot(smol_model: Any) -> None:
+@pytest.mark.parametrize("separate", [False, True], ids=["kv-unified", "kv-per-request"])
+def test_two_interleaved_sessions_on_two_slots_each_hit_their_own_slot(smol_model: Any, separate: bool) -> None:
     from lookahead.backend.slots import LlamaSlots
     from lookahead.core.multi import Batch
 
@@ -116,7 +117,7 @@ def test_two_interleaved_sessions_on_two_slots_each_hit_their_own_slot(smol_mode
         "code": b.tokenize(TEXT),
         "prose": b.tokenize("The history of the city begins with a small harbour where fishermen"),
     }
-    slots = LlamaSlots(b, 2)
+    slots = LlamaSlots(b, 2, separate=separate)
     try:
         batch = Batch(slots, budget=8, chunk=64)
         home: dict[str, int] = {}

@@ -5,10 +5,7 @@ ones finish, the index is saved, the process exits within its grace period)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,19 +15,15 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from typer.testing import CliRunner
 
-import lookahead.api
-import lookahead.cli.serve_cmd
 import lookahead.server.drain as drain_mod
-from lookahead.cli.main import app
 from lookahead.errors import ConfigError, LookaheadError
 from lookahead.server import ServeConfig
-from lookahead.server.background import Running, free_port, serving
+from lookahead.server.background import Running, serving
 from lookahead.server.drain import DrainingServer, check_replica
 from lookahead.server.replica import REPLICA_HEADER, Drain
+from lookahead.server.spawn import ServeProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 # greedy, the small model counts on and on: a stream that outlasts the test's actions
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
 
@@ -169,49 +162,19 @@ def test_replica_ids_and_grace_periods_are_checked() -> None:
             check_replica("r", grace)
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"), [(["--grace-period", "0"], "--grace-period"), (["--replica-id", "a b"], "--replica-id")]
-)
-def test_bad_replica_options_fail_before_loading(
-    monkeypatch: pytest.MonkeyPatch, args: list[str], needle: str
-) -> None:
-    def trap(*a: object, **k: object) -> None:
-        raise AssertionError("the model was resolved before the input was checked")
-
-    monkeypatch.setattr(lookahead.api, "locate", trap)
-    result = CliRunner().invoke(app, ["serve", *args])
-    assert result.exit_code == 1 and "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
-
-
 # ---- a real process ----------------------------------------------------------------------
 
 
 @pytest.mark.model
 def test_sigterm_mid_stream_finishes_it_turns_new_ones_away_and_saves(smol_path: Path, tmp_path: Path) -> None:
-    port = free_port()
     index = tmp_path / "index.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
-         "--threads", "1", "--parallel", "1", "--index-file", str(index), "--index-scope", "key", "--replica-id", "r1",
-         "--grace-period", "20", "--log-level", "warning"],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the server never became healthy"
-            time.sleep(0.2)
+    args = ["--model", str(smol_path), "--threads", "1", "--parallel", "1", "--index-file", str(index),
+            "--index-scope", "key", "--replica-id", "r1", "--grace-period", "20", "--log-level", "warning"]
+    with ServeProcess(args, tmp_path / "serve.log") as server:
+        server.wait_healthy(120)
+        url = server.url
         body = {"prompt": COUNTING, "max_tokens": 200, "stream": True, "temperature": 0,
-            "lookahead": {"enabled": False}}
+                "lookahead": {"enabled": False}}
         events: list[str] = []
         with httpx.Client(timeout=60) as c, c.stream("POST", url + "/v1/completions", json=body) as stream:
             assert stream.headers[REPLICA_HEADER] == "r1"
@@ -221,65 +184,45 @@ def test_sigterm_mid_stream_finishes_it_turns_new_ones_away_and_saves(smol_path:
                     events.append(line)
                     break  # streaming: now stop the replica
             t0 = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
+            server.signal(signal.SIGTERM)
             time.sleep(0.3)
             turned = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=10)
             health = httpx.get(url + "/health", timeout=10)
             events += [line for line in lines if line.startswith("data:")]
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
+        code = server.wait(60)
     assert turned.status_code == 503 and turned.headers["Retry-After"] == "1"
     assert health.status_code == 404
     assert events[-1] == "data: [DONE]"
     finish = json.loads(events[-2][5:])["choices"][0]["finish_reason"]
     assert finish in ("length", "stop")  # the running stream ran to its end
-    assert proc.returncode == 0 and "Traceback" not in err
+    assert code == 0 and "Traceback" not in server.output()
     assert time.monotonic() - t0 < 20
     assert json.loads(index.read_text())["partitions"]  # saved on the way out
 
 
 @pytest.mark.model
-def test_past_the_grace_period_a_running_stream_ends_with_an_error(smol_path: Path) -> None:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
-         "--threads", "1", "--parallel", "1", "--n-ctx", "4096", "--grace-period", "6", "--log-level", "error"],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the server never became healthy"
-            time.sleep(0.2)
+def test_past_the_grace_period_a_running_stream_ends_with_an_error(smol_path: Path, tmp_path: Path) -> None:
+    args = ["--model", str(smol_path), "--threads", "1", "--parallel", "1", "--n-ctx", "4096",
+            "--grace-period", "6", "--log-level", "error"]
+    with ServeProcess(args, tmp_path / "serve.log") as server:
+        server.wait_healthy(120)
         # far longer than the 6 s grace period allows
         body = {"prompt": COUNTING, "max_tokens": 3000, "stream": True, "temperature": 0,
                 "lookahead": {"enabled": False}}
         events: list[str] = []
-        with httpx.Client(timeout=60) as c, c.stream("POST", url + "/v1/completions", json=body) as stream:
+        with httpx.Client(timeout=60) as c, c.stream("POST", server.url + "/v1/completions", json=body) as stream:
             lines = stream.iter_lines()
             for line in lines:
                 if line.startswith("data:"):
                     break
             t0 = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
+            server.signal(signal.SIGTERM)
             events = [line for line in lines if line.startswith("data:")]
         ended = time.monotonic() - t0
-        _, err = proc.communicate(timeout=30)
+        code = server.wait(30)
         gone = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
     assert events[-1] == "data: [DONE]"
     error = json.loads(events[-2][5:])["error"]
     assert "shutting down" in error["message"] and error["type"] == "service_unavailable"
     assert 0.5 < ended < 6 and gone < 6, (ended, gone)  # within the grace period
-    assert proc.returncode == 0 and "Traceback" not in err
+    assert code == 0 and "Traceback" not in server.output()

@@ -4,11 +4,7 @@ process that answers and shuts down cleanly on SIGTERM, saving its shared index.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,9 +15,8 @@ from typer.testing import CliRunner
 import lookahead.api
 import lookahead.cli.serve_cmd
 from lookahead.cli.main import app
-from lookahead.server.background import free_port
+from lookahead.server.spawn import ServeProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
@@ -54,18 +49,41 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--parallel", "-2"], "--parallel"),
         (["--parallel", "99"], "--parallel"),
         (["--exact", "--parallel", "2"], "--parallel 1"),
+        (["--grace-period", "0"], "--grace-period"),
+        (["--replica-id", "a b"], "--replica-id"),
     ],
 )
 def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:
     assert needle in error_line(runner.invoke(app, ["serve", *args]))
 
 
-def test_fair_reaches_the_batch_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_promise_to_batched_requests_reaches_the_batch_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
     monkeypatch.setattr(lookahead.cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
-    for args, fair in ((["--parallel", "4", "--fair"], True), (["--parallel", "4"], False)):
-        assert runner.invoke(app, ["serve", *args]).exit_code == 0
-        assert seen["draft"].fair is fair and seen["parallel"] == 4
+    for args, slack in (
+        (["--fair"], 0.0),
+        (["--batch-total"], None),
+        (["--fairness-slack", "0.25"], 0.25),
+        ([], 0.1),  # the default: no request more than 10% below its pace without drafts
+    ):
+        assert runner.invoke(app, ["serve", "--parallel", "4", *args]).exit_code == 0
+        assert seen["draft"].fairness_slack == slack and seen["parallel"] == 4
+        assert seen["kv_unified"] is False  # the default: one KV stream per request
+    assert runner.invoke(app, ["serve", "--parallel", "4", "--kv-unified"]).exit_code == 0
+    assert seen["kv_unified"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--fair", "--fairness-slack", "0.2"], "give one"),
+        (["--batch-total", "--fairness-slack", "0.2"], "give one"),
+        (["--fairness-slack", "1"], "--fairness-slack"),
+        (["--fairness-slack", "-0.1"], "--fairness-slack"),
+    ],
+)
+def test_conflicting_or_impossible_promises_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:
+    assert needle in error_line(runner.invoke(app, ["serve", *args]))
 
 
 def test_a_key_file_that_is_missing_or_empty(no_serve: None, tmp_path: Path) -> None:
@@ -100,34 +118,17 @@ def test_loopback_is_told_apart() -> None:
 
 @pytest.mark.model
 def test_a_real_server_answers_and_shuts_down_on_sigterm(smol_path: Path, tmp_path: Path) -> None:
-    port = free_port()
     index = tmp_path / "shared.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", str(smol_path), "--port", str(port),
-         "--threads", "1", "--index-file", str(index), "--index-scope", "key", "--log-level", "warning"],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the server never became healthy"
-            time.sleep(0.2)
-        r = httpx.post(url + "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 8}, timeout=60)
+    args = ["--model", str(smol_path), "--threads", "1", "--index-file", str(index), "--index-scope", "key",
+            "--log-level", "warning"]
+    with ServeProcess(args, tmp_path / "serve.log") as server:
+        server.wait_healthy(120)
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 8}, timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err
-    assert time.monotonic() - t0 < 30
-    assert "Traceback" not in err
+        code = server.stop(60)
+        took = time.monotonic() - t0
+    assert code == 0, server.output()
+    assert took < 30
+    assert "Traceback" not in server.output()
     assert json.loads(index.read_text())["partitions"]  # flushed on the way out

@@ -185,7 +185,7 @@ def test_aliases_and_tags_are_listed_with_the_model(smol_path: Path) -> None:
     from lookahead.backend.llama import BackendConfig
 
     config = ServeConfig(model_id="code", aliases=("code", "fim", "tiny"), tags=("chat", "small"))
-    with serving(config, lambda: load(smol_path, backend=BackendConfig(n_ctx=512, n_threads=1))) as running:
-        with running.client() as c:
-            (entry,) = c.get("/models").json()["data"]
+    loader = lambda: load(smol_path, backend=BackendConfig(n_ctx=512, n_threads=1))  # noqa: E731
+    with serving(config, loader) as running, running.client() as c:
+        (entry,) = c.get("/models").json()["data"]
     assert entry["id"] == "code" and entry["aliases"] == ["code", "fim", "tiny"] and entry["tags"] == ["chat", "small"]

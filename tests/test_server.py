@@ -113,7 +113,11 @@ def test_streamed_completion_equals_the_library(server: Running, smol_model: Any
     prompt = "for i in range(10):\n    print(i)\nfor j in range(10):\n"
     chunks = list(
         client.completions.create(
-            model=MODEL_ID, prompt=prompt, max_tokens=40, temperature=0, stream=True,
+            model=MODEL_ID,
+            prompt=prompt,
+            max_tokens=40,
+            temperature=0,
+            stream=True,
             stream_options={"include_usage": True},
         )
     )
@@ -150,8 +154,14 @@ def test_models_and_health(server: Running) -> None:
         assert c.get("/metrics").status_code == 401  # behind the key, as llama-server's
     with server.client(KEY_B) as c:
         metrics = c.get("/metrics").text
-    for name in ("lookahead_requests_total", "lookahead_verify_steps_total", "lookahead_alpha_bucket",
-                 "lookahead_queue_depth", "lookahead_accepted_tokens_total", "lookahead_decode_tokens_per_second"):
+    for name in (
+        "lookahead_requests_total",
+        "lookahead_verify_steps_total",
+        "lookahead_alpha_bucket",
+        "lookahead_queue_depth",
+        "lookahead_accepted_tokens_total",
+        "lookahead_decode_tokens_per_second",
+    ):
         assert name in metrics, name
 
 
@@ -163,7 +173,10 @@ def test_predicted_output_drafts_the_expected_text(server: Running, smol_model: 
     ref = library(smol_model, messages, chat=True, n=64)
     client = openai_client(server, KEY_B)
     resp = client.chat.completions.create(
-        model=MODEL_ID, messages=messages, max_tokens=64, temperature=0,
+        model=MODEL_ID,
+        messages=messages,
+        max_tokens=64,
+        temperature=0,
         prediction={"type": "content", "content": ref.text},
         extra_body={"lookahead": {"enabled": True}},
     )
@@ -274,11 +287,11 @@ def _post(server: Running, path: str, body: Any, key: str | None = KEY_A, raw: b
     ("path", "body", "needle"),
     [
         ("/v1/completions", {"prompt": "hi", "max_tokens": "many"}, "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "logprobs": 2}, "logprobs"),
+        ("/v1/completions", {"prompt": "hi", "logprobs": 21}, "logprobs"),
         ("/v1/completions", {"prompt": "hi", "best_of": 3}, "best_of"),
         ("/v1/completions", {"prompt": "hi", "suffix": "x"}, "fill-in-the-middle"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "tools"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 99}, "top_logprobs"),
         (
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
@@ -370,8 +383,12 @@ def test_load_200_requests_from_8_clients(smol_path: Path) -> None:
     def client_loop(i: int, count: int) -> None:
         with httpx.Client(base_url=server.url, timeout=120) as c:
             for j in range(count):
-                body = {"prompt": prompts[(i + j) % len(prompts)], "max_tokens": 8, "temperature": 0,
-                        "stream": (i + j) % 2 == 0}
+                body = {
+                    "prompt": prompts[(i + j) % len(prompts)],
+                    "max_tokens": 8,
+                    "temperature": 0,
+                    "stream": (i + j) % 2 == 0,
+                }
                 r = c.post("/v1/completions", json=body)
                 ok = r.status_code == 200
                 if ok and body["stream"]:

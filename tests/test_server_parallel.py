@@ -5,7 +5,6 @@ cache bounded and leave it empty."""
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from lookahead.core.draft_state import DraftConfig
 from lookahead.server import ServeConfig
 from lookahead.server.background import serving
+from tests.served import loader, metric
 from tests.sse import payloads
 
 pytestmark = pytest.mark.model
@@ -25,26 +25,13 @@ MODEL_ID = "smollm2-135m"
 N_CTX = 2048
 
 
-def loader(path: Path) -> Any:
-    from lookahead.api import load
-    from lookahead.backend.llama import BackendConfig
-
-    return lambda: load(path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))
-
-
-def metric(text: str, name: str) -> float:
-    found = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
-    assert found, name
-    return float(found.group(1))
-
-
 def test_a_lone_request_equals_the_library_and_concurrent_ones_share_steps(
     smol_path: Path, smol_model: Any
 ) -> None:
     config = ServeConfig(model_id=MODEL_ID, parallel=4, shared_index=False)
     prompt = "def fibonacci(n):"
     ref = smol_model.generate(prompt, max_tokens=32, draft=DraftConfig())
-    with serving(config, loader(smol_path)) as server:
+    with serving(config, loader(smol_path, N_CTX)) as server:
         assert server.service.worker.n_ctx == N_CTX // 4
         with server.client() as c:
             r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 32, "temperature": 0,
@@ -82,7 +69,7 @@ def test_streams_cut_off_at_random_keep_the_kv_cache_bounded(smol_path: Path) ->
     lock = threading.Lock()
     done = threading.Event()
 
-    with serving(config, loader(smol_path)) as server:
+    with serving(config, loader(smol_path, N_CTX)) as server:
         slots = server.service.worker.slots
 
         def client_loop(i: int) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 
 from lookahead.core.draft import SOURCE_SUFFIX
 from lookahead.index.suffix import SuffixIndex
-from tests.streams import feed_in_chunks, same_ranking
+from tests.streams import check_greedy_then_alternatives, feed_in_chunks, same_ranking
 
 
 def ends(stream: list[int], x: list[int]) -> set[int]:
@@ -177,28 +176,4 @@ def test_periodic_run_with_capped_walk() -> None:
 def test_propose_is_greedy_then_alternatives(stream: list[int], depth: int, n_cand: int) -> None:
     index = SuffixIndex(min_match=1, min_p=0.01)
     index.observe(stream)
-    cands = index.propose(depth, n_cand)
-    assert len(cands) <= n_cand
-    paths = [tuple(c.tokens.tolist()) for c in cands]
-    for c, path in zip(cands, paths, strict=True):
-        assert c.source == SOURCE_SUFFIX
-        assert 1 <= len(path) <= depth
-        assert np.all(c.q > 0) and np.all(c.q <= 1)
-        assert np.prod(c.q.astype(np.float64)) >= index.min_p * (1 - 1e-6)
-        for other in paths:  # distinct, and no path is a prefix of another
-            assert other == path or other[: len(path)] != path
-        for j, tok in enumerate(path):  # every token is an option of next_tokens, with its q
-            q_of = dict(index.next_tokens(list(path[:j])))
-            assert math.isclose(q_of[tok], float(c.q[j]), rel_tol=1e-6)
-    greedy: list[int] = []
-    p = 1.0
-    while len(greedy) < depth:
-        opts = index.next_tokens(greedy, limit=1)
-        if not opts or p * opts[0][1] < index.min_p:
-            break
-        greedy.append(opts[0][0])
-        p *= opts[0][1]
-    assert (paths[0] if paths else ()) == tuple(greedy)
-    first = index.next_tokens([], limit=2)
-    if n_cand > 1 and len(first) == 2 and first[1][1] >= index.min_p:
-        assert len(cands) >= 2
+    check_greedy_then_alternatives(index, index.propose(depth, n_cand), SOURCE_SUFFIX, depth, n_cand, [])

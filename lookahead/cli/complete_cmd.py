@@ -78,12 +78,7 @@ def run_complete(
     as_json: bool,
     model: str,
     max_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    min_p: float,
-    repeat_penalty: float,
-    seed: int | None,
+    sampling: dict[str, Any],
     stop: list[str] | None,
     exact: bool,
     no_spec: bool,
@@ -94,9 +89,7 @@ def run_complete(
 ) -> None:
     """The command, its options as `lookahead complete` takes them."""
     # Everything about the input is checked before the model loads.
-    sampling = SamplingConfig(
-        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
-    )
+    sampling_cfg = SamplingConfig(**sampling)
     draft_cfg = DraftConfig(enabled=not no_spec, exact=exact)
     check_options(max_tokens=max_tokens, n_ctx=n_ctx, threads=threads, draft=draft_cfg)
     original = file.read_bytes() if write and file.is_file() else None  # --write refuses if it changes
@@ -107,7 +100,7 @@ def run_complete(
     err = Console(stderr=True)
     language = None if no_block_stop else language_of(file)
     if server:
-        remote = ask_server(server, split, fim, max_tokens, sampling, tuple(stop or ()), draft_cfg, err)
+        remote = ask_server(server, split, fim, max_tokens, sampling_cfg, tuple(stop or ()), draft_cfg, err)
         if remote is not None:
             prompt, events = remote
             result = show(finish_completion(events, prompt, split, language=language), echo=not as_json, err=err)
@@ -145,7 +138,7 @@ def run_complete(
         language=language,
         max_tokens=max_tokens,
         stop=tuple(stop or ()),
-        sampling=sampling,
+        sampling=sampling_cfg,
         draft=draft_cfg,
         context=corpus,
     )

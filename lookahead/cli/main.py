@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,7 +13,6 @@ from lookahead.cli.models_cmd import CacheDirOption, models_app
 from lookahead.cli.options import (
     CTX_SIZE,
     DRAFT,
-    SAMPLING,
     BranchesOption,
     BudgetOption,
     CompareOption,
@@ -26,20 +25,15 @@ from lookahead.cli.options import (
     KOption,
     LiveOption,
     MaxTokensOption,
-    MinPOption,
     ModelOption,
     NoAdaptiveOption,
     NoRecordsOption,
     NoSpecOption,
-    RepeatPenaltyOption,
     ReportMaxTokensOption,
-    SeedOption,
     ServerOption,
     StopOption,
-    TempOption,
     ThreadsOption,
-    TopKOption,
-    TopPOption,
+    sampling_options,
 )
 from lookahead.cli.serve_command import serve
 from lookahead.models import catalog as models
@@ -66,6 +60,7 @@ def _main(
     """Faster local LLM generation on CPUs with model-free speculative decoding."""
 
 @app.command()
+@sampling_options
 def generate(
     prompt: Annotated[str | None, typer.Argument(help="The prompt text (or use --prompt-file / stdin).")] = None,
     prompt_file: Annotated[
@@ -74,12 +69,7 @@ def generate(
     chat: Annotated[bool, typer.Option(help="Wrap the prompt as a user message in the model's chat template.")] = False,
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: MaxTokensOption = 256,
-    temperature: TempOption = SAMPLING.temperature,
-    top_k: TopKOption = SAMPLING.top_k,
-    top_p: TopPOption = SAMPLING.top_p,
-    min_p: MinPOption = SAMPLING.min_p,
-    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
-    seed: SeedOption = None,
+    sampling: dict[str, Any] | None = None,  # --temp ... --seed (sampling_options)
     stop: StopOption = None,
     k: KOption = DRAFT.k,
     k_max: KMaxOption = DRAFT.k_max,
@@ -109,9 +99,7 @@ def generate(
             chat=chat,
             model=model,
             max_tokens=max_tokens,
-            sampling=dict(
-                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
-            ),
+            sampling=sampling or {},
             stop=tuple(stop or ()),
             draft=dict(
                 enabled=not no_spec, adaptive=not no_adaptive, k=k, k_max=k_max, budget=budget, branches=branches,
@@ -126,6 +114,7 @@ def generate(
 
 
 @app.command()
+@sampling_options
 def report(
     template: Annotated[
         Path, typer.Argument(help="Markdown: the instructions and one record's shape (a Jinja2 template).")
@@ -140,12 +129,7 @@ def report(
     ] = None,
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: ReportMaxTokensOption = None,
-    temperature: TempOption = SAMPLING.temperature,
-    top_k: TopKOption = SAMPLING.top_k,
-    top_p: TopPOption = SAMPLING.top_p,
-    min_p: MinPOption = SAMPLING.min_p,
-    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
-    seed: SeedOption = None,
+    sampling: dict[str, Any] | None = None,  # --temp ... --seed (sampling_options)
     stop: StopOption = None,
     as_json: JsonOption = False,
     live: LiveOption = False,
@@ -172,9 +156,7 @@ def report(
             chat=chat,
             model=model,
             max_tokens=max_tokens,
-            sampling=dict(
-                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed
-            ),
+            sampling=sampling or {},
             stop=tuple(stop or ()),
             draft=dict(enabled=not no_spec, exact=exact, corpora=tuple(corpus or ()), records=not no_records),
             as_json=as_json,
@@ -219,6 +201,7 @@ def doctor(
 
 
 @app.command()
+@sampling_options
 def complete(
     file: Annotated[Path, typer.Argument(help="The source file to complete in.")],
     line: Annotated[
@@ -263,12 +246,7 @@ def complete(
     ] = False,
     model: ModelOption = models.DEFAULT_MODEL,
     max_tokens: MaxTokensOption = 128,
-    temperature: TempOption = SAMPLING.temperature,
-    top_k: TopKOption = SAMPLING.top_k,
-    top_p: TopPOption = SAMPLING.top_p,
-    min_p: MinPOption = SAMPLING.min_p,
-    repeat_penalty: RepeatPenaltyOption = SAMPLING.repeat_penalty,
-    seed: SeedOption = None,
+    sampling: dict[str, Any] | None = None,  # --temp ... --seed (sampling_options)
     stop: StopOption = None,
     exact: ExactOption = False,
     no_spec: NoSpecOption = False,

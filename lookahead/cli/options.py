@@ -11,8 +11,11 @@ accepts them, with a one-line note on stderr.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -69,6 +72,42 @@ SeedOption = Annotated[
     int | None, typer.Option("--seed", "-s", help="Random seed for sampling (same seed, same output).")
 ]
 StopOption = Annotated[list[str] | None, typer.Option("--stop", help="Stop before this string (repeatable).")]
+
+# name, option, default: what `sampling_options` puts where a command's `sampling` parameter is
+SAMPLING_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("temperature", TempOption, SAMPLING.temperature),
+    ("top_k", TopKOption, SAMPLING.top_k),
+    ("top_p", TopPOption, SAMPLING.top_p),
+    ("min_p", MinPOption, SAMPLING.min_p),
+    ("repeat_penalty", RepeatPenaltyOption, SAMPLING.repeat_penalty),
+    ("seed", SeedOption, None),
+)
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def sampling_options(command: _Command) -> _Command:
+    """The sampling options, declared once for every command that generates: the command's
+    `sampling` parameter becomes --temp, --top-k, --top-p, --min-p, --repeat-penalty and
+    --seed in its place (typer reads the new signature), and the command receives them
+    gathered as `sampling={name: value}`, the keywords `SamplingConfig` takes."""
+    signature = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.name != "sampling":
+            params.append(param)
+            continue
+        params += [inspect.Parameter(name, param.kind, default=default, annotation=option)
+                   for name, option, default in SAMPLING_OPTIONS]  # fmt: skip
+    assert len(params) == len(signature.parameters) + len(SAMPLING_OPTIONS) - 1, "no `sampling` parameter"
+
+    @functools.wraps(command)
+    def gathered(**options: Any) -> Any:
+        sampling = {name: options.pop(name) for name, _, _ in SAMPLING_OPTIONS}
+        return command(**options, sampling=sampling)
+
+    gathered.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    gathered.__annotations__ = {p.name: p.annotation for p in params}
+    return gathered  # type: ignore[return-value]
 
 # --- how to draft --------------------------------------------------------------------------
 
@@ -135,7 +174,9 @@ ParallelOption = Annotated[
         "--parallel",
         "-np",
         help="Requests decoded together in one batch per step; 1 = one at a time; "
-        "-1 = what pays on this CPU: the largest N <= 4 with N*t(1)/t(N) >= 1.2 (0 means the same).",
+        "-1 = what pays on this CPU: the largest N <= 4 whose batching bound N*t(1)/t(N) beats what "
+        "drafting gains one request at a time on the measured cost curve by 1.35x, else 1 "
+        "(0 means the same).",
     ),
 ]
 
@@ -152,12 +193,30 @@ IndexScopeOption = Annotated[
     ),
 ]
 FairOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--fair/--batch-total",
+        help="With --parallel, what a request is promised beside its neighbours' drafts: --fair, "
+        "that its expected pace never drops below its pace without drafts (no drafts while any "
+        "request gains nothing); --batch-total, nothing: the most tokens/s for the batch as a whole "
+        "(offline throughput). Default: --fairness-slack 0.1.",
+    ),
+]
+FairnessSlackOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fairness-slack",
+        help="With --parallel: verify drafts only where no request's expected pace drops more than "
+        "this fraction below its pace without drafts (0 = --fair). Default: 0.1.",
+    ),
+]
+KvUnifiedOption = Annotated[
     bool,
     typer.Option(
-        "--fair",
-        help="With --parallel: verify drafts only in steps where no request's expected pace drops "
-        "(per-request fairness). Default: the most tokens/s for the batch as a whole, so a request "
-        "with nothing to draft waits for its neighbours' draft nodes.",
+        "--kv-unified/--kv-per-request",
+        help="With --parallel: one KV cache shared by every request (tree drafts), or one per request "
+        "(chain drafts; the default), so that on a batch-invariant model a request's output does not "
+        "depend on the requests beside it.",
     ),
 ]
 

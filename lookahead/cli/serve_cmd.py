@@ -14,6 +14,7 @@ from lookahead.backend.llama import BackendConfig
 from lookahead.backend.slots import MAX_SEQ
 from lookahead.cli.listen import bind_all, split_hosts
 from lookahead.cli.models_cmd import _RichProgress
+from lookahead.core.allocate import DEFAULT_SLACK
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import ConfigError, UserError
 from lookahead.models.catalog import default_cache_dir
@@ -76,6 +77,23 @@ def check_parallel(parallel: int, exact: bool) -> int:
     return 1 if exact else max(parallel, 0)
 
 
+def serve_draft(
+    no_spec: bool, exact: bool, k_max: int, budget: int, fair: bool | None, slack: float | None
+) -> DraftConfig:
+    """The service's drafting defaults from its flags; the promise to batched requests is
+    --fair (slack 0), --batch-total (None) or --fairness-slack (default 0.1), one of them."""
+    if fair is not None and slack is not None:
+        flag = "--fair" if fair else "--batch-total"
+        raise ConfigError(f"{flag} and --fairness-slack each set the promise to batched requests: give one")
+    if fair is not None:
+        slack = 0.0 if fair else None
+    elif slack is None:
+        slack = DEFAULT_SLACK
+    elif not 0.0 <= slack < 1.0:
+        raise ConfigError(f"--fairness-slack must be in [0, 1), got {slack}")
+    return DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget, fairness_slack=slack)
+
+
 def parse_origins(text: str) -> tuple[str, ...]:
     """--cors-origins as a tuple: `*`, `localhost` or exact origins (`scheme://host[:port]`)."""
     origins = tuple(o.strip().rstrip("/") for o in text.split(",") if o.strip())
@@ -104,6 +122,7 @@ def run_serve(
     draft: DraftConfig,
     log_level: str,
     parallel: int = -1,
+    kv_unified: bool = False,
     index_scope: str | None = None,
     metrics_key: str | None = None,
     replica_id: str | None = None,
@@ -119,6 +138,8 @@ def run_serve(
     from lookahead.api import load, locate
     from lookahead.server import ServeConfig, create_app
 
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"--log-level must be debug, info, warning or error, got {log_level}")
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port must be in 1..65535, got {port}")
     if queue < 0:
@@ -160,6 +181,7 @@ def run_serve(
         metrics_key=metrics_key.strip() if metrics_key else None,
         draft=draft,
         parallel=parallel,
+        kv_unified=kv_unified,
         replica_id=replica_id,
         defaults=defaults or RequestDefaults(),
         cors_origins=origins,

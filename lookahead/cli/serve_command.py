@@ -16,10 +16,12 @@ from lookahead.cli.options import (
     BudgetOption,
     CorsOriginsOption,
     CtxSizeOption,
+    FairnessSlackOption,
     FairOption,
     GracePeriodOption,
     IndexScopeOption,
     KMaxOption,
+    KvUnifiedOption,
     ModelOption,
     ParallelOption,
     ReplicaIdOption,
@@ -63,7 +65,9 @@ def serve(
     k_max: KMaxOption = DRAFT.k_max,
     budget: BudgetOption = DRAFT.budget,
     parallel: ParallelOption = -1,
-    fair: FairOption = False,
+    fair: FairOption = None,
+    fairness_slack: FairnessSlackOption = None,
+    kv_unified: KvUnifiedOption = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     replica_id: ReplicaIdOption = None,
     grace_period: GracePeriodOption = 25.0,
@@ -85,14 +89,13 @@ def serve(
     from lookahead.cli.extras import require
 
     require("serve", "serve")  # before anything imports the service's packages
-    from lookahead.cli.serve_cmd import read_keys, run_serve
-    from lookahead.core.draft_state import DraftConfig
+    from lookahead.cli.serve_cmd import read_keys, run_serve, serve_draft
     from lookahead.server.request_defaults import from_options
 
     with handled():
         if log_level not in ("debug", "info", "warning", "error"):
             fail(f"--log-level must be debug, info, warning or error, got {log_level}")
-        draft = DraftConfig(enabled=not no_spec, exact=exact, k_max=k_max, budget=budget, fair=fair)
+        draft = serve_draft(no_spec, exact, k_max, budget, fair, fairness_slack)
         run_serve(
             model=model,
             host=host,
@@ -108,6 +111,7 @@ def serve(
             draft=draft,
             log_level=log_level,
             parallel=parallel,
+            kv_unified=kv_unified,
             replica_id=replica_id,
             grace_period=grace_period,
             alias=alias,

@@ -15,13 +15,18 @@ Fair share: each request may take at most its share of the node budget (an equal
 with what the others do not want handed on), so one long copyable request cannot starve
 the rest of their drafts.
 
-Per-request fairness (`per_request`): the count must also leave every request at least its
-expected pace without drafts, (1 + E_k) / t(B + N) >= 1 / t(B) for each request k, E_k
-its own expected accepted tokens. The default maximises the batch's tokens/s, and a
-request with nothing to draft pays for its neighbours' draft nodes: the step is longer and
-it still gets one token. Where a batch of n tokens costs much more than one token (on a
-2-vCPU EPYC, t(8) is 1.8x t(4)), per-request fairness means no drafts at all while any
-request of the batch has none worth verifying.
+The promise to each request (`slack`): with a slack s, the count must leave every request
+at least (1 - s) of its expected pace without drafts, (1 + E_k) / t(B + N) >=
+(1 - s) / t(B) for each request k, E_k its own expected accepted tokens. Three modes:
+
+- `slack=0.1` (the service's default): no request's expected pace drops more than 10%
+  below its pace without drafts, so a prose request pays at most a tenth of its speed for
+  its neighbours' copyable drafts, and they still get short ones beside it.
+- `slack=0` (`--fair`): no request's pace drops at all. Where a batch of n tokens costs
+  much more than one token (on a 2-vCPU EPYC, t(8) is 1.8x t(4)), that means no drafts at
+  all while any request of the batch has none worth verifying.
+- `slack=None` (`--batch-total`): the batch's total tokens/s, whoever pays for it; a request
+  with nothing to draft waits for its neighbours' draft nodes and still gets one token.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import numpy.typing as npt
 
 from lookahead.core.control import CostModel
 from lookahead.core.policy import Offer
+from lookahead.errors import ConfigError
 
 Floats = npt.NDArray[np.float64]
 
@@ -58,14 +64,27 @@ def fair_shares(wants: Sequence[int], budget: int) -> list[int]:
     return shares
 
 
+# the service's default promise: no request's expected pace more than 10% below its pace
+# without drafts (see the module's docstring)
+DEFAULT_SLACK = 0.1
+
+
+def check_slack(slack: float | None) -> float | None:
+    """`slack` if it is a promise allocate can keep (None, or 0 <= slack < 1); else ConfigError."""
+    if slack is not None and not 0.0 <= slack < 1.0:
+        raise ConfigError(f"the fairness slack must be in [0, 1), got {slack}")
+    return slack
+
+
 def allocate(
-    offers: Sequence[Offer], cost: CostModel, budget: int, min_gain: float = 1.0, per_request: bool = False
+    offers: Sequence[Offer], cost: CostModel, budget: int, min_gain: float = 1.0, slack: float | None = None
 ) -> list[int]:
     """Nodes to verify per offer (a prefix count each), for one batch of len(offers) roots.
 
     `budget`: most draft nodes in the whole batch. The result never holds more than an
-    offer's share (see `fair_shares`); with `per_request`, no request's expected pace falls
-    below what it would be without the ranked nodes (see the module's docstring).
+    offer's share (see `fair_shares`). With `slack` s, no request's expected pace falls
+    below (1 - s) of what it would be without the ranked nodes; None: the batch's total
+    tokens/s alone (see the module's docstring).
     """
     roots = len(offers)
     if roots == 0:
@@ -95,8 +114,9 @@ def allocate(
     n = np.arange(len(order) + 1)
     expected = roots + forced_gain + np.concatenate([[0.0], np.cumsum(gains)])
     rate = expected / t[roots + base_nodes + n]
-    if per_request:
-        rate = np.where(_paces_kept(offers, counts, order, gains, t[roots + base_nodes + n]), rate, -1.0)
+    if slack is not None:
+        kept = _paces_kept(offers, counts, order, gains, t[roots + base_nodes + n], slack)
+        rate = np.where(kept, rate, -1.0)
     best = int(np.argmax(rate))
     if best == 0 or rate[best] < min_gain * rate[0]:
         return counts
@@ -106,13 +126,16 @@ def allocate(
 
 
 def _paces_kept(
-    offers: Sequence[Offer], counts: list[int], order: list[int], gains: list[float], t: Floats
+    offers: Sequence[Offer], counts: list[int], order: list[int], gains: list[float], t: Floats, slack: float
 ) -> npt.NDArray[np.bool_]:
     """For each count n of ranked nodes taken (0..len(order)): whether every request's
-    expected tokens per second, (1 + its gains) / t[n], is at least its pace at n = 0."""
+    expected tokens per second, (1 + its gains) / t[n], is at least (1 - slack) of its pace
+    at n = 0 (n = 0 itself always is)."""
     own = np.array([1.0 + float(np.sum(o.gains[:c])) for o, c in zip(offers, counts, strict=True)])
     # row n: each request's expected tokens with the first n ranked nodes taken
     added = np.zeros((len(order) + 1, len(offers)))
     added[np.arange(1, len(order) + 1), order] = gains
     tokens = own + np.cumsum(added, axis=0)
-    return np.all(tokens / t[:, None] >= own / t[0], axis=1)
+    kept = np.all(tokens / t[:, None] >= (1.0 - slack) * own / t[0], axis=1)
+    kept[0] = True
+    return kept

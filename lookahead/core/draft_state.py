@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lookahead.core.allocate import DEFAULT_SLACK, check_slack
 from lookahead.core.control import ControlConfig, Controller, CostModel, FixedPolicy
 from lookahead.core.engine import Policy
 from lookahead.core.propose import Proposer
@@ -52,11 +53,13 @@ class DraftConfig:
     exact: bool = False  # only verify batch sizes whose logits are bit-identical to plain
     probe_every: int = _CONTROL.probe_every  # probe after this many declined steps; 0 = never
     min_gain: float = _CONTROL.min_gain  # draft only when the expected speedup beats this
-    # batched requests (serve --parallel, generate_many): draft only when no request's
-    # expected pace drops (see lookahead.core.allocate); default: the batch's total tokens/s
-    fair: bool = False
+    # batched requests (serve --parallel, generate_many): draft only where no request's
+    # expected pace drops more than this fraction below its pace without drafts; 0 = not at
+    # all (--fair), None = the batch's total tokens/s (--batch-total); see core.allocate
+    fairness_slack: float | None = DEFAULT_SLACK
 
     def __post_init__(self) -> None:
+        check_slack(self.fairness_slack)
         for name in ("k", "k_max", "budget", "branches", "ngram_order"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -94,6 +94,7 @@ class Result:
     finish_reason: str  # "stop" (end token or stop string) or "length"
     # "length" because the context was full, not because max_tokens were written
     context_full: bool = False
+    probs: tuple[TokenProbs, ...] = ()  # with sampling.n_probs: one per token, in order
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,7 @@ class Request:
         self.stream = TextStream(config.stop)
         self.history = list(self.prompt)  # prompt + every accepted token (acceptance's context)
         self.out: list[int] = []  # tokens written (up to an end token, a stop or max_tokens)
+        self.probs: list[TokenProbs] = []  # with sampling.n_probs: one per token of `out`
         self.stats = Stats()
         self.root = self.prompt[-1]  # the next verify's root: the last token not yet in the cache
         self.finish = "length"
@@ -242,6 +244,7 @@ class Request:
         if stopped:
             self.finish = "stop"
         self.out.extend(emitted)
+        self.probs.extend(picked[: len(emitted)])
         self.history.extend(new)
         if self.drafter is not None:
             self.drafter.observe(new)
@@ -267,4 +270,4 @@ class Request:
             return step, None
         self.done = True
         context_full = self.finish == "length" and len(self.out) < self.config.max_tokens
-        return step, Done(Result(self.stream.text, self.out, st, self.finish, context_full))
+        return step, Done(Result(self.stream.text, self.out, st, self.finish, context_full, tuple(self.probs)))

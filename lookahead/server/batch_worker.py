@@ -2,12 +2,14 @@
 
 The same contract as `Worker` (submit, busy, close; events on each job's queue, END last),
 so the routes do not know which one runs. One thread steps a `lookahead.core.multi.Batch` on a
-multi-slot context (`lookahead.backend.slots`): between two steps it takes waiting jobs
-into free slots (their prefill goes in chunks, so running requests keep writing) and drops
-cancelled ones, whose cells are freed at once. The node budget of each step is shared by
-the requests (`lookahead.core.allocate`: ranked by expected accepted tokens, each capped at a
-fair share). A failed step fails the requests in it, never the thread. The queue, the
-shutdown and the guarded `on_done` are `jobs.WorkerBase`'s.
+multi-slot context (`lookahead.backend.slots`; by default one KV stream per request, chain
+drafts, so a request's cells keep their solo order whatever its neighbours do): between two
+steps it takes waiting jobs into free slots (their prefill goes in chunks, so running
+requests keep writing) and drops cancelled ones, whose cells are freed at once. The node
+budget of each step is shared by the requests (`lookahead.core.allocate`: ranked by expected
+accepted tokens, each capped at a fair share, within the promise to each request). A failed
+step fails the requests in it, never the thread. The queue, the shutdown and the guarded
+`on_done` are `jobs.WorkerBase`'s.
 """
 
 from __future__ import annotations
@@ -30,12 +32,18 @@ log = logging.getLogger("lookahead.server")
 
 class BatchWorker(WorkerBase):
     def __init__(
-        self, model: Model, metrics: Metrics, max_queue: int, parallel: int, draft: DraftConfig | None = None
+        self,
+        model: Model,
+        metrics: Metrics,
+        max_queue: int,
+        parallel: int,
+        draft: DraftConfig | None = None,
+        kv_unified: bool = False,
     ) -> None:
         super().__init__(metrics, max_queue, capacity=parallel)
         self.model = model
         self.parallel = parallel
-        self.slots = LlamaSlots(model.backend, parallel)
+        self.slots = LlamaSlots(model.backend, parallel, separate=not kv_unified)
         self.n_ctx = self.slots.slot_ctx  # what one request may use
         # a busy machine: fewer threads while faster (the batch's own thread governor)
         self.batch = model.new_batch(self.slots, draft or DraftConfig())

@@ -35,6 +35,10 @@ class ServeConfig:
     # requests decoded together in one batch per step; 1 = one at a time (the serial
     # worker), 0 = what pays on this machine (`lookahead.core.multi.default_parallel`)
     parallel: int = 1
+    # with parallel > 1: one KV cache for every request (tree drafts), or (the default) one
+    # stream per request (chain drafts; a request's output then does not depend on its
+    # neighbours on a batch-invariant model, see lookahead.backend.slots and docs/design.md)
+    kv_unified: bool = False
     metrics_key: str | None = None  # the key /metrics asks for; None: any API key (open when there is none)
     replica_id: str = ""  # X-Lookahead-Replica and /metrics; empty: the host's name
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # for fields a request leaves out

@@ -16,10 +16,10 @@ from fastapi import Request
 from lookahead.apps.fim import indent_cut
 from lookahead.core.engine import Done, Result, Stats, Step
 from lookahead.core.sampling import TokenProbs
-from lookahead.errors import LookaheadError, UserError
 from lookahead.server.errors import APIError
-from lookahead.server.jobs import END, Job, ShuttingDown
+from lookahead.server.jobs import END, Job
 from lookahead.server.native_shape import Outcome, stop_of
+from lookahead.server.respond import raise_for
 
 
 class Watch:
@@ -88,17 +88,6 @@ class Watch:
         return new
 
 
-def _raise_for(item: object) -> None:
-    if isinstance(item, ShuttingDown):
-        raise APIError(503, "the server is shutting down")
-    if isinstance(item, UserError):
-        raise APIError(400, str(item))
-    if isinstance(item, LookaheadError):
-        raise APIError(500, f"the model failed: {item}")
-    if isinstance(item, Exception):
-        raise APIError(500, "internal error while generating (see the server log)")
-
-
 Piece = tuple[str, list[int], tuple[TokenProbs, ...]]  # text to hand out, the tokens written with it, their probs
 
 
@@ -130,7 +119,7 @@ async def follow(
                 continue
             if item is END:
                 raise APIError(503, "the generation was cancelled")
-            _raise_for(item)
+            raise_for(item)
             if isinstance(item, Step):
                 text = watch.step(item)
                 if text or item.tokens:

@@ -90,7 +90,12 @@ def prepare(
     try:
         bias = model_bias(model, body.logit_bias)
         sampling = SamplingConfig(
-            temperature=body.temperature, top_p=body.top_p, top_k=0, seed=body.seed, logit_bias=bias
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=0,
+            seed=body.seed,
+            logit_bias=bias,
+            n_probs=body.n_probs(),
         )
         draft = draft_config(config.draft, body)
     except UserError as exc:

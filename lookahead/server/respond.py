@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from sse_starlette.sse import EventSourceResponse
 
 from lookahead.core.engine import Done, Result, Step
+from lookahead.core.sampling import TokenProbs
 from lookahead.errors import LookaheadError, UserError
 from lookahead.server.errors import APIError, error_body
 from lookahead.server.jobs import END, Job, ShuttingDown
@@ -35,7 +36,10 @@ async def serve(
     assert service.worker is not None
     with admission():
         service.worker.submit(job)
-    shape = Shape(chat, service.config.model_id, body, len(job.tokens), job.predicted)
+    assert service.model is not None
+    shape = Shape(
+        chat, service.config.model_id, body, len(job.tokens), job.predicted, service.model.backend.token_bytes
+    )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
@@ -94,8 +98,12 @@ async def sse(
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events of a streaming response; a client that goes away cancels the job."""
     status = "200"
+    pending: list[TokenProbs] = []  # with logprobs: those of tokens not yet sent
     try:
         first = True
+        if shape.chat:  # the role first, alone, as OpenAI and llama-server send it
+            yield {"data": json.dumps(shape.role_chunk())}
+            first = False
         while True:
             item = await job.events.get()
             if item is END:
@@ -106,9 +114,11 @@ async def sse(
                 status = str(exc.status)
                 yield {"data": json.dumps(error_body(exc.status, exc.message))}
                 break
+            if isinstance(item, Step):
+                pending += item.probs  # a token whose text is held back goes with the next text
             if isinstance(item, Step) and item.text:
-                yield {"data": json.dumps(shape.chunk(item.text, None, first))}
-                first = False
+                yield {"data": json.dumps(shape.chunk(item.text, None, first, pending))}
+                first, pending = False, []
             elif isinstance(item, Done):
                 yield {"data": json.dumps(shape.chunk("", item.result.finish_reason, first))}
                 if include_usage:

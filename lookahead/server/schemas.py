@@ -67,13 +67,27 @@ class _Common(BaseModel):
     response_format: Any = None
     tools: Any = None
     functions: Any = None
-    logprobs: Any = None
-    top_logprobs: Any = None
+    # chat: `logprobs` true and `top_logprobs` 0-20; /v1/completions: `logprobs` 0-5 (the count)
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     best_of: Any = None
 
-    _refuse = field_validator("response_format", "tools", "functions", "logprobs", "top_logprobs", "best_of")(
-        refuse_unsupported
-    )
+    _refuse = field_validator("response_format", "tools", "functions", "best_of")(refuse_unsupported)
+
+    @field_validator("logprobs")
+    @classmethod
+    def _logprobs(cls, v: bool | int | None) -> bool | int | None:
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= 20:
+            raise ValueError("logprobs must be true/false, or a count of candidates from 0 to 20")
+        return v
+
+    def n_probs(self) -> int:
+        """Candidates to report per token (0: no logprobs asked for)."""
+        if self.logprobs is None or self.logprobs is False:
+            return 0
+        if self.logprobs is True:  # chat's form: the top list is top_logprobs long
+            return max(1, self.top_logprobs or 0)
+        return max(1, int(self.logprobs))
 
     @field_validator("stop")
     @classmethod

@@ -52,7 +52,9 @@ class Service:
                 parallel = model.tuning.default_parallel()
                 log.info("--parallel %d (from the measured cost curve)", parallel)
             if parallel > 1:
-                self.worker = BatchWorker(model, self.metrics, self.config.max_queue, parallel, self.config.draft)
+                self.worker = BatchWorker(
+                    model, self.metrics, self.config.max_queue, parallel, self.config.draft, self.config.kv_unified
+                )
             else:
                 self.worker = Worker(model, self.metrics, self.config.max_queue)
             self.model = model

@@ -1,9 +1,9 @@
 """OpenAI request fields this service does not implement, refused by name.
 
 Ignoring them would hand the client something other than what it asked for (free text
-where it asked for JSON, no tool call where it offered tools, no log-probabilities where
-it reads them), so a request that sets one gets a 400 naming the field. Values that ask
-for nothing (null, false, 0, an empty list, `{"type": "text"}`, `best_of: 1`) pass.
+where it asked for JSON, no tool call where it offered tools), so a request that sets one
+gets a 400 naming the field. Values that ask for nothing (null, false, 0, an empty list,
+`{"type": "text"}`, `best_of: 1`) pass.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ WHY = {
     "response_format": "no structured output: the reply is free text",
     "tools": "no tool calls",
     "functions": "no function calls",
-    "logprobs": "log-probabilities are not reported",
-    "top_logprobs": "log-probabilities are not reported",
     "best_of": "one completion per request",
 }
 

@@ -107,3 +107,4 @@ class Worker(WorkerBase):
                 backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
+            self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0

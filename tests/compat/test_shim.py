@@ -110,3 +110,6 @@ def test_the_comparison_counts_what_passes_on_llama_server_and_on_lookahead(tmp_
     assert result["pass_on_llama_server_only"] == ["unit/test_basic.py::test_a"]
     assert result["pass_on_lookahead_only"] == ["unit/test_basic.py::test_b"]
     assert "| unit/test_infill.py | 2 | 1 | 1 | 1 |" in table(result, "")
+    partial = compare(read_junit(ref), {"unit/test_basic.py::test_a": "passed"})
+    assert partial["total"] == {"tests": 1, "reference": 1, "both": 1, "candidate": 1}
+    assert len(partial["run_on_one_side_only"]) == 3

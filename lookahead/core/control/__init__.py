@@ -18,7 +18,8 @@ One job per module:
     shadow.py      ShadowScorer     turns the drafts that were declined into free trials
     controller.py  Controller       decides n each step from the three above
     config.py      ControlConfig    the controller's knobs and defaults
-    fixed.py       FixedPolicy      the non-adaptive alternative (verify what was drafted)
+    fixed.py       FixedPolicy      the non-adaptive alternative (verify what was drafted),
+                   ForcedPolicy     and its base for any policy whose choice is final
     simulate.py    simulate         replays a recorded trace with no model (tests, tuning)
 """
 
@@ -26,7 +27,7 @@ from lookahead.core.control.acceptance import N_BINS, Q_EDGES, AcceptanceStats
 from lookahead.core.control.config import ControlConfig
 from lookahead.core.control.controller import Choice, Controller, path_probs
 from lookahead.core.control.cost import DEFAULT_SHAPE, DEFAULT_T1, CostModel
-from lookahead.core.control.fixed import FixedPolicy
+from lookahead.core.control.fixed import FixedPolicy, ForcedPolicy
 from lookahead.core.control.shadow import MAX_PENDING, ShadowScorer, Trials
 from lookahead.core.control.simulate import SimResult, simulate
 
@@ -42,6 +43,7 @@ __all__ = [
     "Controller",
     "CostModel",
     "FixedPolicy",
+    "ForcedPolicy",
     "ShadowScorer",
     "SimResult",
     "Trials",
