@@ -237,3 +237,32 @@ def test_a_fim_prompt_written_as_text_reads_its_special_tokens(server: Running) 
     assert body["tokens_evaluated"] == len(vocab.tokenize(text, add_special=True, parse_special=True))
     assert body["tokens_evaluated"] < len(vocab.tokenize(text, add_special=True, parse_special=False))
     assert "threads(" in body["content"], body["content"]  # it fills the middle
+
+
+def test_a_warm_up_request_fills_the_cache_for_the_next_suggestion(server: Running) -> None:
+    """llama.vim's ring update (`n_predict: 0`, a chunk of another file) prefills its prompt
+    into the cache and writes nothing; the suggestion that follows, with the same chunk,
+    reuses those cells: `tokens_cached` is everything the two prompts share."""
+    post(server, "/completion", {"prompt": "Once upon a time", "n_predict": 2, **PLAIN})  # something else cached
+    text = Path(__file__).read_text()[:3000]  # a file the user has open
+    extra = [{"filename": "tests/test_infill.py", "text": text}]
+    backend = server.service.model.backend
+    fields = ["content", "tokens_predicted", "tokens_evaluated", "tokens_cached", "timings/prompt_n"]
+    before = backend.n_decoded
+    warm = post(server, "/infill", {**LLAMA_VIM_WARMUP, "input_extra": extra, "response_fields": fields})
+    assert warm.status_code == 200, warm.text
+    w = warm.json()
+    assert w["content"] == "" and w["tokens_predicted"] == 0
+    assert w["tokens_cached"] == 0  # the cache held another prompt
+    # every prompt token but the last (which the request that generates decodes first)
+    assert backend.n_decoded - before == w["tokens_evaluated"] - 1 > 500
+    assert w["timings/prompt_n"] == w["tokens_evaluated"]
+    chunk = [Chunk(e["filename"], e["text"]) for e in extra]
+    ring = infill_prompt(backend, "", "", extra=chunk, n_ctx=N_CTX, n_predict=0).tokens
+    real = infill_prompt(backend, PREFIX, SUFFIX, extra=chunk, prompt=MIDDLE, n_ctx=N_CTX, n_predict=N_PREDICT).tokens
+    shared = next(i for i, (a, b) in enumerate(zip(ring, real, strict=False)) if a != b)
+    assert shared > 500
+    body = post(server, "/infill", {**LLAMA_VIM, "input_extra": extra, "response_fields": None, **PLAIN}).json()
+    assert body["tokens_evaluated"] == len(real)
+    assert body["tokens_cached"] == shared
+    assert body["timings"]["prompt_n"] == len(real) - shared

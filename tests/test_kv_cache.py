@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookahead.backend.kv_cache import BatchArrays, KVSlot, common_prefix
+from lookahead.backend.kv_cache import BatchArrays, KVSlot, choose_slot, common_prefix
 from lookahead.core.draft import Draft
 from lookahead.errors import BackendError
 from tests.trees import random_tree
@@ -171,3 +171,26 @@ def test_a_slot_without_a_park_id_drafts_chains_and_never_parks() -> None:
     assert not slot.holds_cells()
     with pytest.raises(ValueError, match="chains only"):
         KVSlot(cells, 0, 2, 1024, park=False)
+
+
+# ---- which slot a prompt takes (`choose_slot`) ---------------------------------------------
+def test_a_prompt_takes_the_slot_holding_its_prefix() -> None:
+    caches = [[9, 9, 9], [1, 2, 3, 4], []]
+    assert choose_slot(caches, [0, 1, 2], [3, 1, 0], [1, 2, 3, 4, 5]) == 1
+
+
+def test_a_prompt_sharing_only_a_short_head_leaves_another_conversation_cached() -> None:
+    """A new chat shares its system prompt (3 tokens) with the slot of a conversation that
+    holds 8: it takes the empty slot, not that one."""
+    system = [7, 7, 7]
+    caches = [[*system, 1, 2, 3, 4, 5], []]
+    assert choose_slot(caches, [0, 1], [1, 0], [*system, 6, 6]) == 1
+    # with no empty slot it takes the least recently used one
+    caches = [[*system, 1, 2, 3, 4, 5], [4, 4, 4]]
+    assert choose_slot(caches, [0, 1], [2, 1], [*system, 6, 6]) == 1
+    assert choose_slot(caches, [0, 1], [1, 2], [*system, 6, 6]) == 0
+
+
+def test_only_free_slots_are_chosen() -> None:
+    caches = [[1, 2, 3], [5]]
+    assert choose_slot(caches, [1], [0, 0], [1, 2, 3, 4]) == 1

@@ -88,3 +88,45 @@ def test_interleaved_sessions_each_find_their_own_slot() -> None:
                 assert results[req.id].stats.tokens_cached >= len(sessions[name]) - 7
             sessions[name] = sessions[name] + results[req.id].tokens + [turn % VOCAB]
     assert home["a"] != home["b"]
+
+
+def test_a_warm_up_prefills_the_prompt_and_the_next_request_reuses_it() -> None:
+    from lookahead.core.engine import warm
+
+    model = FakeModel(n_vocab=VOCAB, seed=2)
+    prompt = [1, 2, 3, 4, 5, 0] * 5
+    before = model.prefilled
+    done = warm(model, prompt)
+    assert done.tokens == [] and done.text == "" and done.stats.tokens_cached == 0
+    assert model.prefilled - before == len(prompt) - 1  # all but the last, as a generation leaves it
+    before = model.prefilled
+    got = run(model, prompt + [2, 3], cache=True)
+    assert got.stats.tokens_cached == len(prompt) - 1
+    assert model.prefilled - before == 2
+    assert got.tokens == run(FakeModel(n_vocab=VOCAB, seed=2), prompt + [2, 3], cache=False).tokens
+
+
+def test_a_batched_warm_up_ends_after_its_prefill_and_leaves_its_slot_cached() -> None:
+    model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1)
+    batch = Batch(model, budget=8, chunk=8)
+    prompt = [1, 2, 3, 4, 5, 0, 1, 2] * 3
+    req = batch.add(prompt, GenerationConfig(max_tokens=1), warm_up=True)
+    events = []
+    steps = 0
+    while not batch.idle:
+        events += batch.step()
+        steps += 1
+    assert steps == 3  # 23 prompt tokens in chunks of 8, no verify
+    [(who, done)] = events
+    assert who is req and isinstance(done, Done) and done.result.tokens == []
+    nxt = batch.add(prompt + [3], GenerationConfig(max_tokens=4), cache_prompt=True)
+    results = [e for _, e in _drain(batch) if isinstance(e, Done)]
+    assert nxt.slot == req.slot
+    assert results[0].result.stats.tokens_cached == len(prompt) - 1
+
+
+def _drain(batch: Batch) -> list[tuple[BatchRequest, object]]:
+    out: list[tuple[BatchRequest, object]] = []
+    while not batch.idle:
+        out += batch.step()
+    return out

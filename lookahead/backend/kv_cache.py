@@ -103,6 +103,24 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+def choose_slot(
+    caches: Sequence[Sequence[int]], free: Sequence[int], last_use: Sequence[int], tokens: Sequence[int]
+) -> int:
+    """The free slot a prompt of `tokens` should take, given each slot's cached tokens.
+
+    The one sharing the longest prefix with `tokens`, provided that prefix is more than half
+    of what it holds (taking it then reuses more than it evicts; llama.cpp's
+    `--slot-prompt-similarity` has the same purpose): else the slot with nothing cached, or
+    the least recently used. Without that rule a new chat sharing only a system prompt with
+    another conversation's slot would evict that conversation while an empty slot waits.
+    """
+    shared = {k: common_prefix(caches[k], tokens) for k in free}
+    matches = [k for k in free if 2 * shared[k] > len(caches[k])]
+    if matches:
+        return max(matches, key=lambda k: (shared[k], -last_use[k]))
+    return min(free, key=lambda k: (len(caches[k]) > 0, last_use[k]))
+
+
 class KVSlot:
     """One generation's cells: branch ids base..base+B-1, park id base+B, at most
     `capacity` cells (committed and parked).

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lookahead.backend.base import LogitRows
-from lookahead.backend.kv_cache import KVSlot, common_prefix
+from lookahead.backend.kv_cache import KVSlot, choose_slot
 from lookahead.backend.llama import LlamaBackend
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
@@ -110,12 +110,13 @@ class LlamaSlots:
         return self._slots[slot].holds_cells()
 
     def best_slot(self, tokens: Sequence[int]) -> int:
-        """The free slot whose cached tokens share the longest prefix with `tokens` (ties and
-        no match: the least recently used); BackendError if none is free."""
+        """The free slot whose cached tokens share the longest prefix with `tokens`, where
+        that reuses more than it evicts; else an empty or the least recently used slot
+        (`kv_cache.choose_slot`). BackendError if none is free."""
         free = [k for k in range(self.slots) if not self._busy[k]]
         if not free:
             raise BackendError("every slot is in use")
-        return max(free, key=lambda k: (common_prefix(self._slots[k].cache_tokens, tokens), -self._last_use[k]))
+        return choose_slot([s.cache_tokens for s in self._slots], free, self._last_use, tokens)
 
     def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
         """Take a free slot for a request whose committed prompt will be `tokens`: with

@@ -48,6 +48,7 @@ __all__ = [
     "emit_tokens",
     "fit_draft",
     "generate",
+    "warm",
 ]
 
 
@@ -148,3 +149,19 @@ def _run(
         if done is not None:
             yield done
             return
+
+
+def warm(verifier: Verifier, prompt: Sequence[int], clock: Callable[[], float] = time.perf_counter) -> Result:
+    """Prefill `prompt` into the prompt cache without generating (an editor's `n_predict: 0`
+    request, sent to bring new context in while the user moves): the cells it shares with
+    the cache are kept, the rest decoded, so the next request sharing it prefills only its
+    own tail. All but the last token, as `generate` leaves them: the request that generates
+    from this prompt decodes its last token as its first root. Returns an empty Result
+    (`stats.tokens_cached`, `stats.prefill_s`)."""
+    check_prompt(prompt, verifier.n_ctx)
+    stats = Stats()
+    stats.tokens_cached = kept = verifier.reuse(prompt[:-1])
+    t0 = clock()
+    verifier.prefill(np.asarray(prompt[kept:-1], dtype=np.int32))
+    stats.prefill_s = clock() - t0
+    return Result("", [], stats, "length")

@@ -34,7 +34,7 @@ from lookahead.core.allocate import allocate
 from lookahead.core.control import CostModel, FixedPolicy
 from lookahead.core.draft import Draft
 from lookahead.core.policy import Offer, Policy
-from lookahead.core.request import Drafter, Event, GenerationConfig, Request, check_prompt
+from lookahead.core.request import Done, Drafter, Event, GenerationConfig, Request, Result, check_prompt
 from lookahead.core.tokens import TokenArray
 
 # Prompt tokens a joining request decodes per step: large enough that prefill runs near the
@@ -103,6 +103,7 @@ class BatchRequest(Request):
         self.prefilled = 0  # prompt tokens (of prompt[:-1]) in the slot's cache so far
         self.started = False  # prefill done, drafter told the prompt
         self.cache_prompt = False  # reuse a slot's cached prefix, and leave the cells cached after
+        self.warm_up = False  # prefill only (an editor's n_predict 0): ends, cached, once its prompt is in
 
     @property
     def ready(self) -> bool:
@@ -178,10 +179,12 @@ class Batch:
         drafter: Drafter | None = None,
         policy: Policy | None = None,
         cache_prompt: bool = False,
+        warm_up: bool = False,
     ) -> BatchRequest:
         """Queue a generation; it joins at the next step with a free slot (with
         `cache_prompt`, the free slot whose cache shares the longest prefix with the prompt:
-        those cells are kept, and the request's are left cached when it ends).
+        those cells are kept, and the request's are left cached when it ends). `warm_up`:
+        only prefill the prompt into a slot's cache and end there (`engine.warm`'s batch form).
 
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
@@ -189,7 +192,8 @@ class Batch:
         if policy is not None:
             policy = policy.for_batch()
         req = BatchRequest(next(self._ids), prompt, config, drafter, policy or FixedPolicy(0))
-        req.cache_prompt = cache_prompt
+        req.cache_prompt = cache_prompt or warm_up
+        req.warm_up = warm_up
         self.waiting.append(req)
         return req
 
@@ -219,10 +223,15 @@ class Batch:
             self.active.append(req)
         info = StepInfo()
         self._prefill(info)
-        ready = [r for r in self.active if r.ready]
         events: list[tuple[BatchRequest, Event]] = []
+        for req in [r for r in self.active if r.warm_up and r.ready]:  # prefilled: done
+            self.active.remove(req)
+            v.release(req.slot, keep=True)
+            req.done = True
+            events.append((req, Done(Result("", [], req.stats, "length"))))
+        ready = [r for r in self.active if r.ready]
         if ready:
-            events = self._verify(ready, info)
+            events += self._verify(ready, info)
         info.step_s = self.clock() - start
         self.last = info
         return events

@@ -59,6 +59,9 @@ class Step:
     verify_s: float  # the llama_decode of root + draft
     draft_s: float  # proposing + choosing the draft
     alpha: float  # rolling accepted drafts per step, as the policy sees it
+    # prompt tokens the generation reused from the prompt cache (the same on every step), so
+    # a reader that stops early, with no Done, still knows it (an editor's time budget)
+    tokens_cached: int = 0
     probs: tuple[TokenProbs, ...] = ()  # with sampling.n_probs: one per token emitted, in order
 
 
@@ -260,6 +263,7 @@ class Request:
             verify_s=verify_s,
             draft_s=draft_s,
             alpha=self.policy.alpha,
+            tokens_cached=st.tokens_cached,
             probs=tuple(picked[: len(emitted)]),
         )
         if not done:

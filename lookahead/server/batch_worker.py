@@ -22,6 +22,7 @@ from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
 from lookahead.core.multi import BatchRequest
+from lookahead.core.request import GenerationConfig
 from lookahead.errors import LookaheadError
 from lookahead.server.jobs import END, Job, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
@@ -98,6 +99,8 @@ class BatchWorker(WorkerBase):
 
     def _request(self, job: Job) -> BatchRequest:
         """The job as a batch request: the pieces `Model.stream` builds for one generation."""
+        if job.warm_up:  # n_predict 0: the prompt into a slot's cache, nothing written
+            return self.batch.add(job.tokens, GenerationConfig(1), warm_up=True)
         return self.model.add_to(
             self.batch,
             job.tokens,

@@ -58,6 +58,11 @@ class Job:
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def warm_up(self) -> bool:
+        """An editor's `n_predict: 0` request: prefill the prompt into the cache, write nothing."""
+        return self.max_tokens == 0
+
     def emit(self, item: object) -> None:
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, item)

@@ -204,7 +204,10 @@ async def answer(
         )
         for i, p in enumerate(prepared)
     ]
-    if body.n_predict == 0:  # llama.vim's and llama.vscode's requests that only bring new context
+    # llama.vim's and llama.vscode's requests that only bring new context (`n_predict: 0`)
+    # queue as warm-ups (`Job.warm_up`): the prompt goes into the cache, nothing is written;
+    # without `cache_prompt` there is nothing to keep, so the answer comes at once
+    if body.n_predict == 0 and not body.cache_prompt:
         service.metrics.requests.labels(endpoint, "200").inc()
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)

@@ -54,6 +54,7 @@ class Watch:
             self.decode_start = max(self.start, now - step.verify_s - step.draft_s)
             s.prefill_s = self.decode_start - self.start
         self.tokens += step.tokens
+        s.tokens_cached = step.tokens_cached
         self.probs += step.probs
         s.n_tokens = len(self.tokens)
         s.steps += 1

@@ -130,8 +130,7 @@ class NativeShape:
             "truncated": out.truncated,
             "stop_type": out.stop_type,
             "stopping_word": out.stopping_word,
-            # prompt tokens whose KV was reused from an earlier request: none yet, the
-            # service prefills every prompt in full
+            # prompt tokens whose KV cells were reused from an earlier request (the prompt cache)
             "tokens_cached": cache_n,
             "timings": timings(out.stats, self.n_prompt - cache_n, cache_n),
         }

@@ -135,6 +135,7 @@ def prepare(
         loop=loop,
         on_done=remember,
         predicted=predicted,
+        cache_prompt=body.cache_prompt,  # exact mode starts cold all the same (`Model.stream`)
     )
 
 

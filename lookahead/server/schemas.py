@@ -58,6 +58,9 @@ class _Common(BaseModel):
     n: int = Field(default=1, ge=1, le=1)  # one choice per request (see the README)
     prediction: Prediction | None = None
     lookahead: LookaheadOptions | None = None
+    # llama.cpp's extension, on by default as there: reuse the KV cells of the prefix this
+    # prompt shares with an earlier one (a chat's next turn shares its history)
+    cache_prompt: bool = True
     logit_bias: Any = None  # token id (or text) -> bias, read with the model's tokenizer (`logit_bias.py`)
     # OpenAI fields this service does not implement, where ignoring them would change what
     # the client gets: a 400 naming the field (`unsupported.py`)

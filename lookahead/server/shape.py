@@ -47,6 +47,8 @@ class Shape:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": s.n_tokens,
             "total_tokens": self.prompt_tokens + s.n_tokens,
+            # OpenAI's count of prompt tokens served from the cache (here: KV cells reused)
+            "prompt_tokens_details": {"cached_tokens": s.tokens_cached},
         }
         if self.body.prediction is not None:
             # OpenAI's definition: prediction tokens that appeared in the completion (accepted)

@@ -6,7 +6,8 @@ sets `cancelled`: the thread notices between two verify steps, or between two ch
 prompt's prefill (`n_batch` tokens each), and closes the generator, so the next request
 starts within one step or one chunk. A request with `cache_prompt` leaves its KV cells (the
 committed ones are consistent at either point): the next one keeps those of the prefix it
-shares with them and frees the rest; any other frees every cell when it ends. A failure in
+shares with them and frees the rest; any other frees every cell when it ends. A warm-up
+(`n_predict: 0`, `Job.warm_up`) only prefills its prompt into the cache (`engine.warm`). A failure in
 one generation is that request's error, never the thread's end. The queue, the shutdown and
 the guarded `on_done` are `jobs.WorkerBase`'s.
 """
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from lookahead.api import Model
-from lookahead.core.engine import Done, Event
+from lookahead.core.engine import Done, Event, warm
 from lookahead.errors import Interrupted, LookaheadError
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
@@ -66,16 +67,19 @@ class Worker(WorkerBase):
         backend = self.model.backend
         backend.interrupt = job.cancelled.is_set  # a long prompt's prefill stops when its client leaves
         try:
-            events = self.model.stream(
-                "",
-                tokens=job.tokens,
-                max_tokens=job.max_tokens,
-                stop=job.stop,
-                sampling=job.sampling,
-                draft=job.draft,
-                sources=job.sources,
-                cache_prompt=job.cache_prompt,
-            )
+            if job.warm_up:  # n_predict 0: the prompt into the cache, nothing written
+                events = iter([Done(warm(backend, job.tokens))])
+            else:
+                events = self.model.stream(
+                    "",
+                    tokens=job.tokens,
+                    max_tokens=job.max_tokens,
+                    stop=job.stop,
+                    sampling=job.sampling,
+                    draft=job.draft,
+                    sources=job.sources,
+                    cache_prompt=job.cache_prompt,
+                )
             for event in events:
                 if job.cancelled.is_set():
                     self.metrics.cancelled.inc()
@@ -99,7 +103,7 @@ class Worker(WorkerBase):
             if close is not None:
                 close()
             backend.interrupt = None
-            if not job.cache_prompt:
+            if not job.cache_prompt and not job.warm_up:
                 backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)

@@ -1,0 +1,83 @@
+"""The editing-session benchmark's session, with no server and no model: the pauses rebuild
+the buffer as it was when the user stopped typing, the requests are llama.vim's, and the
+summary and its table come out of recorded requests."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from bench.editing import Record, markdown, summarize
+from bench.editing_session import body_start, infill_body, pauses, session, warm_up_body
+from tests.test_infill import LLAMA_VIM, LLAMA_VIM_WARMUP
+
+LINES = [f"line {i}" for i in range(10)]
+TYPED = ["    total = values[0]", "    return total"]
+
+
+def test_each_pause_is_the_buffer_up_to_the_cursor() -> None:
+    lines = LINES[:5] + TYPED + LINES[5:]
+    got = pauses(lines, 5, 2, pause_chars=6, n_prefix=3, n_suffix=2)
+    # a pause after each line's indentation, and mid-line at word ends 6+ characters apart
+    assert [p.middle for p in got] == ["    ", "    total = values", "    ", "    return total"[:10]]
+    for p in got:
+        i = 0 if p.typed <= len(TYPED[0]) else 1  # the line being typed
+        assert TYPED[i].startswith(p.middle)
+        assert p.prefix == "".join(s + "\n" for s in (LINES[:5] + TYPED[:i])[-3:])
+        assert p.suffix == "\nline 5\nline 6\n"  # the rest of the cursor line is empty
+        assert p.indent == 4
+    assert [p.typed for p in got] == sorted(p.typed for p in got)
+
+
+def test_typing_starts_in_a_function_body_past_its_signature_and_docstring() -> None:
+    lines = ["x = 1"] * 3 + [
+        "def f(",
+        "    a: int,",
+        ") -> int:",
+        '    """Doc',
+        '    string."""',
+        "    b = a + 1",
+        "    c = b * 2",
+        "    return c",
+    ]
+    assert body_start(lines, min_line=0) == 8
+
+
+def test_the_requests_are_llama_vims(tmp_path: Path) -> None:
+    src = tmp_path / "pkg"
+    src.mkdir()
+    body = "\n".join(f"    v{i} = {i}" for i in range(6))
+    (src / "main.py").write_text("\n".join(["import os"] * 45) + "\ndef g():\n" + body + "\n")
+    (src / "other.py").write_text("\n".join(f"o = {i}" for i in range(100)) + "\n")
+    s = session(src / "main.py", tmp_path, [src / "other.py"], n_lines=2, n_extra=1, pause_chars=8)
+    assert s.start == 46 and s.typed == "    v0 = 0\n    v1 = 1"
+    assert s.extra == [{"filename": "pkg/other.py", "text": "".join(f"o = {i}\n" for i in range(64))}]
+    req = infill_body(s, s.pauses[0])
+    # llama.vim's fields, plus what the bench needs to measure (no response_fields)
+    assert set(req) == (set(LLAMA_VIM) - {"response_fields"}) | {"return_tokens", "seed"}
+    assert req["stream"] is True and req["cache_prompt"] is True and req["input_extra"] == s.extra
+    assert set(warm_up_body(s)) == set(LLAMA_VIM_WARMUP) and warm_up_body(s)["n_predict"] == 0
+    greedy = infill_body(s, s.pauses[0], greedy=True)
+    assert greedy["temperature"] == 0 and "temperature" in greedy["samplers"]
+    assert set(greedy) - set(req) == {"temperature"}
+
+
+def test_the_summary_and_its_table() -> None:
+    def rec(server: str, total: float, cached: int, ttft: float = 0.1) -> Record:
+        return Record(server, 0, "f.py", 0, ttft, total, 10, 8, 100, cached, 6, 3, "x")
+
+    records = [rec("lookahead", 1.0, 90), rec("lookahead", 2.0, 80), rec("server_plain", 3.0, 0, math.nan)]
+    summary = summarize(records, ["lookahead", "server_plain"], repeats=1)
+    assert summary["lookahead"]["complete_p50_ms"] == 1500
+    assert summary["lookahead"]["cached_share"] == 170 / 200
+    assert summary["lookahead"]["acceptance"] == 0.5
+    assert math.isnan(summary["server_plain"]["ttft_p50_ms"])  # no token came
+    out = {
+        "model": "m", "date": "d", "commit": "c", "note": "", "machine": {"cpu": "CPU X", "cpus": 2},
+        "settings": {"threads": 2, "repeats": 1, "sampling": "greedy", "n_predict": 128, "budget_ms": 1000,
+                     "prefix_lines": 128, "suffix_lines": 16, "time_limit": 420},
+        "sessions": [{"name": "f.py", "start": 0, "pauses": 1}], "requests_per_server": 2,
+        "cut_by_time_limit": True, "summary": summary,
+    }  # fmt: skip
+    md = markdown(out)
+    assert "CPU X (2 usable CPUs, 2 threads)" in md and "| lookahead | 100 |" in md and "time limit" in md
