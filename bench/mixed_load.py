@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from bench.provenance import cpu_label
 from bench.tasks import Task, load_tasks
 from lookahead.models import catalog as models
 from lookahead.server.background import free_port
@@ -150,15 +150,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=None,
+                    help="compare this --parallel with the serial service instead of the default")
     ap.add_argument("--out", type=Path, default=None, help="the JSON file (default: bench/results/...)")
     args = ap.parse_args(argv)
+    configs = dict(CONFIGS)
+    if args.parallel is not None:
+        configs["default"] = ["--parallel", str(args.parallel)]
     tasks = mix(args.requests)
     commit = _commit()
     logs = Path(tempfile.mkdtemp(prefix="mixed-load-"))  # the servers' logs, if one fails
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     t0 = time.perf_counter()
     for rep in range(args.repeats):
-        for name, extra in CONFIGS.items():
+        for name, extra in configs.items():
             server = Server(args.model, args.threads, extra, logs / f"mixed-load-{name}-{rep + 1}.log")
             try:
                 server.wait_ready()
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     ratio = med["default"] / med["serial"] if med["serial"] else float("nan")
     record = {
         "model": args.model,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.threads} threads",
+        "machine": f"{cpu_label()}, {os.cpu_count()} CPUs, {args.threads} threads",
         "commit": commit,
         "command": "python -m bench.mixed_load " + " ".join(argv if argv is not None else sys.argv[1:]),
         "clients": args.clients, "requests": args.requests, "max_tokens": args.max_tokens,
@@ -186,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": time.perf_counter() - t0,
         "runs": runs,
     }  # fmt: skip
-    out = args.out or RESULTS / f"mixed-load-{commit}.json"
+    suffix = "" if args.parallel is None else f"-parallel{args.parallel}"
+    out = args.out or RESULTS / f"mixed-load-{commit}{suffix}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"median aggregate tok/s: serial {med['serial']:.1f}, default {med['default']:.1f} "
           f"(--parallel {record['default_parallel']}): {ratio:.2f}x")  # fmt: skip
