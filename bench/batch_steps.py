@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import statistics
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import cpu_label
 from bench.tasks import Task, load_tasks
 from lookahead.api import Model, load
 from lookahead.backend.llama import BackendConfig
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     commit = _commit()
     record = {
         "model": args.model,
-        "machine": f"{platform.processor() or platform.machine()}, {args.threads} threads",
+        "machine": f"{cpu_label()}, {os.cpu_count()} CPUs, {args.threads} threads",
         "commit": commit,
         "command": "python -m bench.batch_steps " + " ".join(argv or []),
         "slots": args.slots, "rounds": args.rounds, "repeats": args.repeats, "max_tokens": args.max_tokens,
