@@ -21,7 +21,8 @@ Reported per run: requests by outcome; 5xx seen by the clients and counted in th
 /metrics (both must be 0); other unexpected answers; greedy outputs that differ from their
 solo output; /health latency p50 / p99 / max (p99 must stay under 1 s); the server's RSS
 after a warm-up, at the end and at its peak; the KV cells in use once the server is idle
-(/metrics, must be 0); its exit status on SIGTERM. Written to
+(/metrics: they must all be the prompt cache's, the committed tokens each slot keeps for the
+next prompt, with no parked or uncommitted cell left); its exit status on SIGTERM. Written to
 bench/results/soak-<commit>.json and .md (the table for the README's reliability section);
 say with --note on what machine it ran and whether the machine was shared. The exit status
 is 1 if any run failed a promise.
@@ -280,6 +281,7 @@ class Soak:
             "rss_end_mb": round(rss_end, 1),
             "rss_peak_mb": round(max(self.rss_mb, default=rss_end), 1),
             "kv_cells_after": int(metric(text, "lookahead_kv_cells")),
+            "kv_cells_cached_after": int(metric(text, "lookahead_kv_cells_cached")),
         }
 
 

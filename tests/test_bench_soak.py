@@ -16,7 +16,8 @@ def clean_run(**changes: Any) -> dict[str, Any]:
     run = {"parallel": 4, "extra_args": ["--kv-per-request"], "requests": 120, "outcomes": {"greedy 200": 120},
            "5xx": 0, "server_5xx": 0, "unexpected": 0, "compared": 60, "differs_from_solo": 0, "problems": [],
            "health_p50_ms": 4.0, "health_p99_ms": 80.0, "health_max_ms": 120.0, "rss_start_mb": 300.0,
-           "rss_end_mb": 302.0, "rss_peak_mb": 310.0, "kv_cells_after": 0, "exit_code": 0, "traceback": False}
+           "rss_end_mb": 302.0, "rss_peak_mb": 310.0, "kv_cells_after": 40, "kv_cells_cached_after": 40,
+           "exit_code": 0, "traceback": False}
     run.update(changes)
     return run
 
@@ -44,7 +45,8 @@ def test_metrics_are_read_by_name_and_label_from_the_services_own_registry() -> 
         ({"unexpected": 2}, "unexpected"),
         ({"differs_from_solo": 1}, "solo"),
         ({"health_p99_ms": 1000.0}, "/health"),
-        ({"kv_cells_after": 12}, "KV cells"),
+        ({"kv_cells_after": 52}, "KV cells"),
+        ({"kv_cells_cached_after": 0}, "KV cells"),
         ({"exit_code": 1}, "exit code"),
         ({"traceback": True}, "traceback"),
     ],
@@ -71,8 +73,9 @@ def test_the_table_has_a_row_per_run_with_its_verdict() -> None:
 
 @pytest.mark.model
 def test_the_serial_service_reports_its_kv_cells(smol_path: Path) -> None:
-    """A cached prompt (/completion keeps its cells) shows in lookahead_kv_cells; a /v1 request
-    frees every cell, and the gauge says 0 again."""
+    """A cached prompt (/completion keeps its cells) shows in lookahead_kv_cells, all of them
+    kept for the prompt cache; a request with `cache_prompt: false` frees every cell, and both
+    gauges say 0 again."""
     from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
     from lookahead.server import ServeConfig
@@ -82,7 +85,10 @@ def test_the_serial_service_reports_its_kv_cells(smol_path: Path) -> None:
     loader = lambda: load(smol_path, backend=BackendConfig(n_ctx=1024, n_threads=1))  # noqa: E731
     with serving(config, loader) as server, server.client() as c:
         assert c.post("/completion", json={"prompt": "def add(a, b):", "n_predict": 4}).status_code == 200
-        kept = metric(c.get("/metrics").text, "lookahead_kv_cells")
-        assert c.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 4}).status_code == 200
-        after = metric(c.get("/metrics").text, "lookahead_kv_cells")
-    assert kept > 0 and after == 0
+        text = c.get("/metrics").text
+        kept, cached = metric(text, "lookahead_kv_cells"), metric(text, "lookahead_kv_cells_cached")
+        body = {"prompt": "Hello", "max_tokens": 4, "cache_prompt": False}
+        assert c.post("/v1/completions", json=body).status_code == 200
+        text = c.get("/metrics").text
+        after, cached_after = metric(text, "lookahead_kv_cells"), metric(text, "lookahead_kv_cells_cached")
+    assert kept > 0 and cached == kept and after == 0 and cached_after == 0

@@ -105,6 +105,11 @@ class LlamaSlots:
         """KV cells held by every slot (committed and parked; cached ones in free slots too)."""
         return sum(s.n_used for s in self._slots)
 
+    @property
+    def n_cached(self) -> int:
+        """Committed cells of every slot, kept for the prompt cache (`n_used` less parked cells)."""
+        return sum(len(s.cache_tokens) for s in self._slots)
+
     def held(self, slot: int) -> bool:
         """Whether llama.cpp still holds a cell of any of the slot's ids (tests: no leaks)."""
         return self._slots[slot].holds_cells()

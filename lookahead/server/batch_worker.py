@@ -127,6 +127,7 @@ class BatchWorker(WorkerBase):
         m.running.set(len(self.batch.active))
         m.occupancy.set(len(self.batch.active) / self.parallel)
         m.kv_cells.set(self.slots.n_used)
+        m.kv_cells_cached.set(self.slots.n_cached)
 
     def _end(self, rid: int) -> None:
         with self._cv:

@@ -41,6 +41,9 @@ class Metrics:
         )
         self.occupancy = Gauge(p + "slot_occupancy", "Share of the slots in use at the last step", registry=r)
         self.kv_cells = Gauge(p + "kv_cells", "KV cache cells in use after the last step", registry=r)
+        self.kv_cells_cached = Gauge(
+            p + "kv_cells_cached", "KV cache cells kept for the prompt cache (committed tokens)", registry=r
+        )
         self.cache_hits = Counter(p + "prompt_cache_hits", "Requests that reused cached prompt cells", registry=r)
         self.tokens_cached = Counter(
             p + "prompt_tokens_cached", "Prompt tokens reused from the KV cache, not decoded again", registry=r

@@ -108,3 +108,4 @@ class Worker(WorkerBase):
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
             self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0
+            self.metrics.kv_cells_cached.set(len(backend.cache_tokens))
