@@ -21,8 +21,9 @@ Reported per run: requests by outcome; 5xx seen by the clients and counted in th
 /metrics (both must be 0); other unexpected answers; greedy outputs that differ from their
 solo output; /health latency p50 / p99 / max (p99 must stay under 1 s); the server's RSS
 after a warm-up, at the end and at its peak; the KV cells in use once the server is idle
-(/metrics: they must all be the prompt cache's, the committed tokens each slot keeps for the
-next prompt, with no parked or uncommitted cell left); its exit status on SIGTERM. Written to
+(/metrics: they must be the prompt cache's, the committed tokens each slot keeps for the
+next prompt; the one-at-a-time worker keeps its last request's parked cells with them); its
+exit status on SIGTERM. Written to
 bench/results/soak-<commit>.json and .md (the table for the README's reliability section);
 say with --note on what machine it ran and whether the machine was shared. The exit status
 is 1 if any run failed a promise.

@@ -47,6 +47,7 @@ def test_metrics_are_read_by_name_and_label_from_the_services_own_registry() -> 
         ({"health_p99_ms": 1000.0}, "/health"),
         ({"kv_cells_after": 52}, "KV cells"),
         ({"kv_cells_cached_after": 0}, "KV cells"),
+        ({"parallel": 1, "kv_cells_cached_after": 41}, "KV cells"),
         ({"exit_code": 1}, "exit code"),
         ({"traceback": True}, "traceback"),
     ],
@@ -92,3 +93,8 @@ def test_the_serial_service_reports_its_kv_cells(smol_path: Path) -> None:
         text = c.get("/metrics").text
         after, cached_after = metric(text, "lookahead_kv_cells"), metric(text, "lookahead_kv_cells_cached")
     assert kept > 0 and cached == kept and after == 0 and cached_after == 0
+
+
+def test_the_serial_worker_may_keep_parked_cells_beside_its_cache() -> None:
+    assert verdict(clean_run(parallel=1, extra_args=[], kv_cells_after=72, kv_cells_cached_after=46)) == []
+    assert verdict(clean_run(parallel=4, kv_cells_after=72, kv_cells_cached_after=46)) != []
