@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         "commit": commit,
         "note": args.note,
         "machine": {"cpu": cpu_name(), "cpus": cpus, "platform": platform.platform()},
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()},  # names, not paths
         "sessions": [{"name": s.name, "start": s.start, "pauses": len(s.pauses), "typed": s.typed} for s in plan],
         "requests_per_server": len(records) // max(1, len(names)),
         "cut_by_time_limit": cut,

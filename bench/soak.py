@@ -304,7 +304,7 @@ def soak_one(args: argparse.Namespace, path: Path, parallel: int, workdir: Path)
     run.update(parallel=parallel, extra_args=extra, slot_ctx=slot_ctx, traceback="Traceback" in log)
     run["failed"] = verdict(run)
     if run["failed"]:
-        run["log_tail"] = log[-3000:]
+        run["log_tail"] = log[-3000:].replace(str(Path.home()), "~")  # no home directory in results
     return run
 
 
