@@ -32,12 +32,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.provenance import cpu_label
+from bench.provenance import cpu_label, git_commit
 from bench.tasks import Task, load_tasks
 from lookahead.api import Model, load
 from lookahead.backend.llama import BackendConfig
@@ -159,13 +158,6 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         model.close()
     summary = summarize(runs)
-    commit = _commit()
+    commit = git_commit() or "unknown"
     record = {
         "model": args.model,
         "machine": f"{cpu_label()}, {os.cpu_count()} CPUs, {args.threads} threads",

@@ -48,6 +48,8 @@ import numpy as np
 
 from bench.editing_session import BUDGET_MS, N_PREDICT, Session, infill_body, session, warm_up_body
 from bench.llama_server import SERVER_METHODS, server_command
+from bench.provenance import git_commit
+from lookahead.backend.probe import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -276,14 +278,6 @@ def summarize(records: list[Record], names: list[str], repeats: int) -> dict[str
     return out
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def markdown(out: dict[str, Any]) -> str:
@@ -318,12 +312,6 @@ def markdown(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def git_commit() -> str:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT, timeout=10).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -388,13 +376,13 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             for srv in servers:
                 srv.stop()
-    commit = git_commit()
+    commit = git_commit() or "unknown"
     out = {
         "model": args.model,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
         "note": args.note,
-        "machine": {"cpu": cpu_name(), "cpus": cpus, "platform": platform.platform()},
+        "machine": {"cpu": cpu_model(), "cpus": cpus, "platform": platform.platform()},
         "settings": {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()},  # names, not paths
         "sessions": [{"name": s.name, "start": s.start, "pauses": len(s.pauses), "typed": s.typed} for s in plan],
         "requests_per_server": len(records) // max(1, len(names)),

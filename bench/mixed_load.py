@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from bench.provenance import cpu_label
+from bench.provenance import cpu_label, git_commit
 from bench.tasks import Task, load_tasks
 from lookahead.models import catalog as models
 from lookahead.server.background import free_port
@@ -133,13 +133,6 @@ def load_run(url: str, tasks: list[Task], clients: int, max_tokens: int) -> dict
     return {"tokens": sum(tokens), "wall_s": wall, "tok_s": sum(tokens) / wall, "errors": errors}
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.parallel is not None:
         configs["default"] = ["--parallel", str(args.parallel)]
     tasks = mix(args.requests)
-    commit = _commit()
+    commit = git_commit() or "unknown"
     logs = Path(tempfile.mkdtemp(prefix="mixed-load-"))  # the servers' logs, if one fails
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     t0 = time.perf_counter()
