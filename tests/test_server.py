@@ -302,8 +302,6 @@ def _post(server: Running, path: str, body: Any, key: str | None = KEY_A, raw: b
         ("/v1/chat/completions", {"messages": []}, "messages"),
         ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "role"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": 100000}, "context of 2048"),
-        ("/v1/completions", {"prompt": "word " * 3000}, "context holds 2048"),
         ("/v1/completions", {"prompt": "hi", "temperature": 5}, "temperature"),
         ("/v1/completions", {"prompt": "hi", "top_p": 0}, "top_p"),
         ("/v1/completions", {"prompt": "hi", "seed": -1}, "seed"),
@@ -326,6 +324,38 @@ def test_prompt_too_long_names_both_numbers(server: Running) -> None:
     message = r.json()["error"]["message"]
     assert "3001" in message or "3000" in message, message
     assert "2048" in message
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "needle"),
+    [
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 100000}, "max_tokens", "context of 2048"),
+        ("/v1/completions", {"prompt": "word " * 3000}, "prompt", "context holds 2048"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 3000}]}, "messages", "2048"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "word " * 3000}], "stream": True},
+            "messages",
+            "2048",
+        ),
+        ("/completion", {"prompt": "word " * 3000}, "prompt", "2048"),
+        ("/completion", {"prompt": "word " * 3000, "stream": True}, "prompt", "2048"),
+    ],
+)
+def test_past_the_context_is_one_error_shape_on_every_route(
+    server: Running, path: str, body: Any, param: str, needle: str
+) -> None:
+    """llama-server's type and numbers, OpenAI's code; streamed or not, before any event."""
+    r = _post(server, path, body)
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert err["type"] == "exceed_context_size_error"
+    assert err["code"] == "context_length_exceeded"
+    assert err["param"] == param
+    assert needle in err["message"], err
+    assert err["n_ctx"] == 2048
+    assert err["n_prompt_tokens"] > (0 if param == "max_tokens" else 2048)
 
 
 def test_invalid_json_is_a_400(server: Running) -> None:

@@ -54,7 +54,8 @@ def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("application/json"), r.headers
     err: dict[str, Any] = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    extra = {"n_prompt_tokens", "n_ctx"} if err.get("type") == "exceed_context_size_error" else set()
+    assert set(err) == {"message", "type", "param", "code"} | extra
     return err
 
 
@@ -110,6 +111,7 @@ def test_a_prediction_longer_than_the_context_is_a_400(server: Running) -> None:
     body = {"prompt": "hi", "max_tokens": 4, "prediction": {"type": "content", "content": "word " * 3000}}
     err = openai_error(post(server, "/v1/completions", body), 400)
     assert err["param"] == "prediction" and err["code"] == "context_length_exceeded"
+    assert err["type"] == "exceed_context_size_error" and err["n_ctx"] == 2048 and err["n_prompt_tokens"] > 0
     assert "2048" in err["message"]
 
 

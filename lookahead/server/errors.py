@@ -40,6 +40,8 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        kind: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -47,21 +49,52 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.kind = kind  # the error's `type` when not the status's own (see `context_exceeded`)
+        self.extra = extra or {}  # more fields of the error object
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.param, self.code, self.kind, self.extra)
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
-            "param": param,
-            "code": code,
-        }
+def error_body(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    error: dict[str, Any] = {
+        "message": message,
+        "type": kind or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+        "param": param,
+        "code": code,
     }
+    error.update(extra or {})
+    return {"error": error}
+
+
+# A request the context cannot hold, on every route: llama-server's error type (its clients
+# test for it) with OpenAI's code (OpenAI's clients and frameworks test for that one), and
+# llama-server's two numbers, so a client can shorten the prompt by the right amount.
+CONTEXT_EXCEEDED = "exceed_context_size_error"
+
+
+def context_exceeded(message: str, n_prompt_tokens: int, n_ctx: int, param: str | None) -> APIError:
+    """The 400 for a prompt (or prompt + max_tokens, or a prediction) past one slot's context
+    of `n_ctx` cells."""
+    return APIError(
+        400,
+        message,
+        param=param,
+        code="context_length_exceeded",
+        kind=CONTEXT_EXCEEDED,
+        extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx},
+    )
 
 
 def error_response(exc: APIError) -> JSONResponse:
-    return JSONResponse(error_body(exc.status, exc.message, exc.param, exc.code), exc.status, exc.headers)
+    return JSONResponse(exc.body(), exc.status, exc.headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -86,7 +119,7 @@ def install(app: FastAPI, on_error: Any = None) -> None:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        count(_TYPES.get(exc.status, "server_error"))
+        count(exc.kind or _TYPES.get(exc.status, "server_error"))
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)

@@ -22,7 +22,7 @@ from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import CorpusError, CorpusIndex
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server.errors import APIError
+from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.jobs import Job
 from lookahead.server.native_schemas import CompletionRequest, InfillRequest, NativeRequest
 from lookahead.server.schemas import CompletionRequest as OpenAICompletion
@@ -114,11 +114,11 @@ def limits(tokens: list[int], n_predict: int, n_ctx: int) -> tuple[int, bool]:
     APIError 400 when the prompt alone fills the context."""
     room = n_ctx - len(tokens) - 1
     if room < 1:
-        raise APIError(
-            400,
+        raise context_exceeded(
             f"the request ({len(tokens)} prompt tokens) exceeds the available context size ({n_ctx} tokens)",
-            param="prompt",
-            code="exceed_context_size_error",
+            len(tokens),
+            n_ctx,
+            "prompt",
         )
     if n_predict < 0 or n_predict > room:
         return room, n_predict > room

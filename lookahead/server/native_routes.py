@@ -24,7 +24,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lookahead.core.engine import Stats
-from lookahead.server import errors
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job
@@ -289,7 +288,7 @@ async def stream_lines(
             yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
     except APIError as exc:
         status = str(exc.status)
-        yield "data: " + json.dumps(errors.error_body(exc.status, exc.message)) + "\n\n"
+        yield "data: " + json.dumps(exc.body()) + "\n\n"
     finally:
         job.cancel()
         service.metrics.requests.labels(endpoint, status).inc()

@@ -22,7 +22,7 @@ from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server.errors import APIError
+from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.jobs import Job, QueueFull, ShuttingDown
 from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import openai_prompt
@@ -73,19 +73,19 @@ def prepare(
     n_ctx = worker.n_ctx  # one request's context (a slot's, with --parallel)
     room = n_ctx - len(tokens) - 1
     if room < 1:
-        raise APIError(
-            400,
+        raise context_exceeded(
             f"the prompt has {len(tokens)} tokens, but the context holds {n_ctx}",
-            param="messages" if chat else "prompt",
-            code="context_length_exceeded",
+            len(tokens),
+            n_ctx,
+            "messages" if chat else "prompt",
         )
     if wanted is not None and wanted > room:
-        raise APIError(
-            400,
+        raise context_exceeded(
             f"max_tokens is {wanted}, but the context of {n_ctx} tokens leaves {room} after the "
             f"prompt's {len(tokens)}",
-            param="max_tokens",
-            code="context_length_exceeded",
+            len(tokens),
+            n_ctx,
+            "max_tokens",
         )
     try:
         bias = model_bias(model, body.logit_bias)
@@ -111,7 +111,7 @@ def prepare(
             param="lookahead.exact",
         )
     sources: list[DraftSource] = list(own_sources)
-    predicted = prediction_tokens(model, body, n_ctx)
+    predicted = prediction_tokens(model, body, n_ctx, len(tokens))
     if predicted:
         sources.append(PredictionIndex(predicted))
     memory = service.memory
@@ -148,17 +148,17 @@ def draft_config(base: DraftConfig, body: _Common) -> DraftConfig:
     return replace(base, **changes)
 
 
-def prediction_tokens(model: Model, body: _Common, n_ctx: int) -> list[int] | None:
+def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0) -> list[int] | None:
     """The request's Predicted Output as tokens (None without one); 400 past the context,
     as no output could repeat more of it."""
     if body.prediction is None:
         return None
     tokens = model.backend.tokenize(body.prediction.text(), add_special=False)
     if len(tokens) > n_ctx:
-        raise APIError(
-            400,
+        raise context_exceeded(
             f"the prediction has {len(tokens)} tokens, but the context holds {n_ctx}",
-            param="prediction",
-            code="context_length_exceeded",
+            n_prompt,
+            n_ctx,
+            "prediction",
         )
     return tokens

@@ -17,7 +17,7 @@ from sse_starlette.sse import EventSourceResponse
 from lookahead.core.engine import Done, Result, Step
 from lookahead.core.sampling import TokenProbs
 from lookahead.errors import LookaheadError, UserError
-from lookahead.server.errors import APIError, error_body
+from lookahead.server.errors import APIError
 from lookahead.server.jobs import END, Job, ShuttingDown
 from lookahead.server.metrics import Metrics
 from lookahead.server.prepare import admission, prepare
@@ -112,7 +112,7 @@ async def sse(
                 raise_for(item)
             except APIError as exc:
                 status = str(exc.status)
-                yield {"data": json.dumps(error_body(exc.status, exc.message))}
+                yield {"data": json.dumps(exc.body())}
                 break
             if isinstance(item, Step):
                 pending += item.probs  # a token whose text is held back goes with the next text
