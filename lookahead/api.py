@@ -78,6 +78,7 @@ class Model:
         sources: Sequence[DraftSource] = (),
         tokens: Sequence[int] | None = None,
         cache_prompt: bool = True,
+        progress: bool = False,
     ) -> Iterator[Event]:
         """Generate, yielding a Step per verify step and a final Done with the Result.
 
@@ -86,14 +87,17 @@ class Model:
         prompt already tokenized (by `prompt_tokens`); `prompt` and `chat` are then unused.
         `cache_prompt`: keep the KV cells of what this prompt shares with the last
         generation's tokens and prefill only the rest (`Result.stats.tokens_cached`); not in
-        exact mode, whose promise is a cold start's output bit for bit.
+        exact mode, whose promise is a cold start's output bit for bit. `progress`: Progress
+        events while the prompt goes in (`lookahead.core.progress`).
         """
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
         tokens = list(tokens) if tokens is not None else self.prompt_tokens(prompt, chat)
         hook = self.tuning.prepare(draft)
         if not draft.enabled:
-            return generate(self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt)
+            return generate(
+                self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt, progress=progress
+            )
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.tuning.exact_cap() if draft.exact else None
@@ -102,7 +106,8 @@ class Model:
         # up to 1.0), so only a cold start's prefill gives a cold start's output bit for bit
         cache_prompt = cache_prompt and not draft.exact
         return generate(
-            self.backend, tokens, config, drafter, policy, cap, after_verify=hook, cache_prompt=cache_prompt
+            self.backend, tokens, config, drafter, policy, cap, after_verify=hook, cache_prompt=cache_prompt,
+            progress=progress,
         )
 
     def add_to(
@@ -116,6 +121,7 @@ class Model:
         draft: DraftConfig | None = None,
         sources: Sequence[DraftSource] = (),
         cache_prompt: bool = True,
+        progress: bool = False,
     ) -> BatchRequest:
         """Queue one generation on `batch` (see `lookahead.core.multi`), with the drafter and
         policy `stream` would build for it alone. `draft.exact`'s batch-size cap is not
@@ -126,11 +132,12 @@ class Model:
         draft = draft or DraftConfig()
         cache_prompt = cache_prompt and not draft.exact  # as in `stream`
         if not draft.enabled:
-            return batch.add(tokens, config, cache_prompt=cache_prompt)
+            return batch.add(tokens, config, cache_prompt=cache_prompt, progress=progress)
         if draft.adaptive:
             self.tuning.ensure_calibrated()
         drafter = self.drafting.drafter(draft, extra=sources)
-        return batch.add(tokens, config, drafter, self.drafting.policy(draft), cache_prompt=cache_prompt)
+        policy = self.drafting.policy(draft)
+        return batch.add(tokens, config, drafter, policy, cache_prompt=cache_prompt, progress=progress)
 
     def generate_many(
         self,

@@ -279,6 +279,9 @@ def finish_completion(
                     yield Step([], final[shown:], 0, 0, 0, 0.0, 0.0, 0.0)
                 yield Done(dataclasses.replace(result, text=final))
                 return
+            if not isinstance(event, Step):  # a prompt's Progress: nothing written yet
+                yield event
+                continue
             tally.add(event)
             text += event.text
             done = prompt.heal(text)

@@ -22,6 +22,7 @@ from lookahead.core.request import (
     GenerationConfig,
     GenerationError,
     Policy,
+    Progress,
     Request,
     Result,
     Stats,
@@ -40,6 +41,7 @@ __all__ = [
     "GenerationConfig",
     "GenerationError",
     "Policy",
+    "Progress",
     "Result",
     "Stats",
     "Step",
@@ -62,8 +64,13 @@ def generate(
     clock: Callable[[], float] = time.perf_counter,
     after_verify: Callable[[int, float], None] | None = None,
     cache_prompt: bool = False,
+    progress: bool = False,
 ) -> Iterator[Event]:
     """Generate from `prompt` tokens; yields a Step per verify step, then Done.
+
+    With `progress`, a `Progress` event before the prompt's first decode and after each
+    (`lookahead.core.progress`): the prefill then goes in chunks of the verifier's n_batch
+    tokens, the same chunks its own prefill decodes, so the cells (and the output) are the same.
 
     With `cache_prompt`, the cells the verifier holds for the longest common prefix of its
     cache and the prompt are kept and only the rest is prefilled (`Stats.tokens_cached`
@@ -80,7 +87,7 @@ def generate(
     cannot be served raises GenerationError here, before the first event is asked for.
     """
     check_prompt(prompt, verifier.n_ctx)
-    return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify, cache_prompt)
+    return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify, cache_prompt, progress)
 
 
 def _may_pay(policy: Policy, nodes: int) -> bool:
@@ -102,6 +109,7 @@ def _run(
     clock: Callable[[], float],
     after_verify: Callable[[int, float], None] | None = None,
     cache_prompt: bool = False,
+    progress: bool = False,
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
@@ -114,8 +122,17 @@ def _run(
         verifier.reset()
         kept = 0
     req.stats.tokens_cached = kept
-    t0 = clock()
-    verifier.prefill(np.asarray(prompt[kept:-1], dtype=np.int32))
+    t0 = req.t_admit = clock()
+    todo = np.asarray(prompt[kept:-1], dtype=np.int32)
+    if progress:
+        req.report_progress = True
+        yield req.progress(kept, t0)
+        for lo in range(0, len(todo), verifier.n_batch):
+            chunk = todo[lo : lo + verifier.n_batch]
+            verifier.prefill(chunk)
+            yield req.progress(kept + lo + len(chunk), clock())
+    else:
+        verifier.prefill(todo)
     req.stats.prefill_s = clock() - t0
     req.start(clock)
 
@@ -145,6 +162,9 @@ def _run(
         if after_verify is not None:
             after_verify(len(draft) + 1, t2 - t1)
         step, done = req.advance(draft, rows, verifier.commit, verifier, full, (t2 - t1, t1 - t0), clock)
+        if req.report_progress:  # the first verify decoded the prompt's last token
+            req.report_progress = False
+            yield req.progress(len(prompt), clock())
         yield step
         if done is not None:
             yield done

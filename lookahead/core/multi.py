@@ -180,11 +180,13 @@ class Batch:
         policy: Policy | None = None,
         cache_prompt: bool = False,
         warm_up: bool = False,
+        progress: bool = False,
     ) -> BatchRequest:
         """Queue a generation; it joins at the next step with a free slot (with
         `cache_prompt`, the free slot whose cache shares the longest prefix with the prompt:
         those cells are kept, and the request's are left cached when it ends). `warm_up`:
         only prefill the prompt into a slot's cache and end there (`engine.warm`'s batch form).
+        `progress`: Progress events as its prompt goes in (`lookahead.core.progress`).
 
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
@@ -194,6 +196,7 @@ class Batch:
         req = BatchRequest(next(self._ids), prompt, config, drafter, policy or FixedPolicy(0))
         req.cache_prompt = cache_prompt or warm_up
         req.warm_up = warm_up
+        req.report_progress = progress
         self.waiting.append(req)
         return req
 
@@ -216,14 +219,17 @@ class Batch:
         """Admit, prefill one chunk, verify every ready request in one decode, accept."""
         v = self.verifier
         start = self.clock()
+        events: list[tuple[BatchRequest, Event]] = []
         while self.waiting and self.free_slots > 0:
             req = self.waiting.popleft()
             req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
             req.stats.tokens_cached = req.prefilled
+            req.t_admit = self.clock()
+            if req.report_progress:
+                events.append((req, req.progress(req.prefilled, req.t_admit)))
             self.active.append(req)
         info = StepInfo()
-        self._prefill(info)
-        events: list[tuple[BatchRequest, Event]] = []
+        self._prefill(info, events)
         for req in [r for r in self.active if r.warm_up and r.ready]:  # prefilled: done
             self.active.remove(req)
             v.release(req.slot, keep=True)
@@ -236,9 +242,9 @@ class Batch:
         self.last = info
         return events
 
-    def _prefill(self, info: StepInfo) -> None:
+    def _prefill(self, info: StepInfo, events: list[tuple[BatchRequest, Event]]) -> None:
         """Up to `chunk` prompt tokens, oldest request first; a request whose prompt is in
-        joins this step's verify."""
+        joins this step's verify. A request that asks for it gets a Progress per chunk."""
         left = self.chunk
         for req in self.active:
             todo = len(req.prompt) - 1 - req.prefilled
@@ -254,6 +260,8 @@ class Batch:
                 info.prefill += n
                 info.prefill_s += took
                 info.prefilled.append(req.id)
+                if req.report_progress:
+                    events.append((req, req.progress(req.prefilled, self.clock())))
             if req.ready and not req.started:
                 req.started = True
                 req.start(self.clock)
@@ -324,7 +332,11 @@ class Batch:
             return v.slot_used(req.slot) + 1 >= v.slot_ctx
 
         step, done = req.advance(draft, rows, commit, v, full, (verify_s, draft_s), self.clock)
-        out: list[tuple[BatchRequest, Event]] = [(req, step)]
+        out: list[tuple[BatchRequest, Event]] = []
+        if req.report_progress:  # its first verify decoded the prompt's last token
+            req.report_progress = False
+            out.append((req, req.progress(len(req.prompt), self.clock())))
+        out.append((req, step))
         if done is not None:
             self.active.remove(req)
             v.release(req.slot, keep=req.cache_prompt)  # its cells go now (or stay cached)

@@ -21,6 +21,7 @@ from lookahead.backend.base import LogitRows
 from lookahead.core.accept import accept
 from lookahead.core.draft import Draft
 from lookahead.core.policy import Policy
+from lookahead.core.progress import Progress
 from lookahead.core.sampling import Sampler, SamplingConfig, TokenProbs
 from lookahead.core.text import TextStream
 from lookahead.errors import UserError
@@ -104,7 +105,7 @@ class Done:
     result: Result
 
 
-Event = Step | Done
+Event = Step | Done | Progress  # Progress only for a request that asks for it
 
 
 def fit_draft(draft: Draft, max_leaves: int, max_depth: int, max_nodes: int) -> Draft:
@@ -195,6 +196,12 @@ class Request:
         self.finish = "length"
         self.t_start = 0.0
         self.done = False
+        self.report_progress = False  # emit Progress events while the prompt goes in
+        self.t_admit = 0.0  # when the prompt started going in (Progress.elapsed_s)
+
+    def progress(self, processed: int, now: float) -> Progress:
+        """A report of the prompt's prefill with `processed` of its tokens in the cache."""
+        return Progress(len(self.prompt), self.stats.tokens_cached, processed, now - self.t_admit)
 
     def start(self, now: Callable[[], float]) -> None:
         """The prompt is in the cache: the drafter learns it, then decoding time starts."""

@@ -110,6 +110,7 @@ class BatchWorker(WorkerBase):
             draft=job.draft,
             sources=job.sources,
             cache_prompt=job.cache_prompt,
+            progress=job.progress,
         )
 
     def _drop_cancelled(self) -> None:

@@ -55,6 +55,7 @@ class Job:
     # reuse the KV cells of a prefix shared with an earlier request, and leave this one's
     # cells cached when it ends (off: a cold start, and every cell freed at the end)
     cache_prompt: bool = False
+    progress: bool = False  # Progress events while the prompt goes in (`return_progress`)
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 

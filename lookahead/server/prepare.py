@@ -136,6 +136,7 @@ def prepare(
         on_done=remember,
         predicted=predicted,
         cache_prompt=body.cache_prompt,  # exact mode starts cold all the same (`Model.stream`)
+        progress=body.stream and body.return_progress,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import Request
@@ -14,9 +14,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sse_starlette.sse import EventSourceResponse
 
-from lookahead.core.engine import Done, Result, Step
+from lookahead.core.engine import Done, Progress, Result, Step
 from lookahead.core.sampling import TokenProbs
 from lookahead.errors import LookaheadError, UserError
+from lookahead.server.choices import as_choice, merged
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import END, Job, ShuttingDown
 from lookahead.server.metrics import Metrics
@@ -29,28 +30,39 @@ from lookahead.server.shape import Shape
 async def serve(
     service: Service, body: _Common, request: Request, caller: str | None, chat: bool
 ) -> Response | dict[str, Any]:
-    """Answer one completion request (chat or not), streamed or whole."""
+    """Answer one completion request (chat or not), streamed or whole; with `n` > 1 a job
+    per choice (`choices.py`)."""
     loop = asyncio.get_running_loop()
     endpoint = "chat" if chat else "completions"
-    job = await run_in_threadpool(prepare, service, body, chat, caller, loop)
+    jobs = [await run_in_threadpool(prepare, service, body, chat, caller, loop)]
+    if body.n > 1:  # each choice prepared alone: a draft source's stream is one generation's
+        jobs += [await run_in_threadpool(prepare, service, body, chat, caller, loop) for _ in range(body.n - 1)]
+        jobs = [as_choice(job, i) for i, job in enumerate(jobs)]
     assert service.worker is not None
-    with admission():
-        service.worker.submit(job)
+    try:
+        with admission():
+            for job in jobs:
+                service.worker.submit(job)
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise
     assert service.model is not None
+    first = jobs[0]
     shape = Shape(
-        chat, service.config.model_id, body, len(job.tokens), job.predicted, service.model.backend.token_bytes
+        chat, service.config.model_id, body, len(first.tokens), first.predicted, service.model.backend.token_bytes
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
-            sse(job, shape, include_usage, service.metrics, endpoint), ping=15, send_timeout=60
+            sse(jobs, shape, include_usage, service.metrics, endpoint), ping=15, send_timeout=60
         )
     try:
-        result = await collect(job, request)
-    except BaseException:
-        job.cancel()
-        raise
-    whole = await run_in_threadpool(shape.whole, result)  # counts a prediction's tokens
+        results = await asyncio.gather(*(collect(job, request) for job in jobs))
+    finally:
+        for job in jobs:
+            job.cancel()  # a no-op for those that ended; stops the others if one failed
+    whole = await run_in_threadpool(shape.whole, results)  # counts a prediction's tokens
     service.metrics.requests.labels(endpoint, "200").inc()
     return whole
 
@@ -94,37 +106,42 @@ def raise_for(item: object) -> None:
 
 
 async def sse(
-    job: Job, shape: Shape, include_usage: bool, metrics: Metrics, endpoint: str
+    jobs: Sequence[Job], shape: Shape, include_usage: bool, metrics: Metrics, endpoint: str
 ) -> AsyncIterator[dict[str, str]]:
-    """SSE events of a streaming response; a client that goes away cancels the job."""
+    """SSE events of a streaming response, each chunk naming its choice; a client that goes
+    away cancels the jobs."""
     status = "200"
-    pending: list[TokenProbs] = []  # with logprobs: those of tokens not yet sent
+    pending: list[list[TokenProbs]] = [[] for _ in jobs]  # with logprobs: those of tokens not yet sent
+    first = [True] * len(jobs)
+    results: list[Result | None] = [None] * len(jobs)
     try:
-        first = True
         if shape.chat:  # the role first, alone, as OpenAI and llama-server send it
-            yield {"data": json.dumps(shape.role_chunk())}
-            first = False
-        while True:
-            item = await job.events.get()
-            if item is END:
-                break
+            for i in range(len(jobs)):
+                yield {"data": json.dumps(shape.role_chunk(i))}
+                first[i] = False
+        async for i, item in merged(jobs):
             try:
                 raise_for(item)
             except APIError as exc:
                 status = str(exc.status)
                 yield {"data": json.dumps(exc.body())}
                 break
-            if isinstance(item, Step):
-                pending += item.probs  # a token whose text is held back goes with the next text
-            if isinstance(item, Step) and item.text:
-                yield {"data": json.dumps(shape.chunk(item.text, None, first, pending))}
-                first, pending = False, []
+            if isinstance(item, Progress):
+                yield {"data": json.dumps(shape.progress_chunk(item, i))}
+            elif isinstance(item, Step):
+                pending[i] += item.probs  # a token whose text is held back goes with the next text
+                if item.text:
+                    yield {"data": json.dumps(shape.chunk(item.text, None, first[i], pending[i], i))}
+                    first[i], pending[i] = False, []
             elif isinstance(item, Done):
-                yield {"data": json.dumps(shape.chunk("", item.result.finish_reason, first))}
-                if include_usage:
-                    usage = await run_in_threadpool(shape.usage_chunk, item.result)
-                    yield {"data": json.dumps(usage)}
+                results[i] = item.result
+                yield {"data": json.dumps(shape.chunk("", item.result.finish_reason, first[i], index=i))}
+        done = [r for r in results if r is not None]
+        if include_usage and status == "200" and len(done) == len(jobs):
+            usage = await run_in_threadpool(shape.usage_chunk, done)
+            yield {"data": json.dumps(usage)}
         yield {"data": "[DONE]"}
     finally:
-        job.cancel()  # a no-op once the job has ended; stops it if the client went away
+        for job in jobs:
+            job.cancel()  # a no-op once a job has ended; stops it if the client went away
         metrics.requests.labels(endpoint, status).inc()

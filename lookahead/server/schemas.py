@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lookahead.server.unsupported import refuse_unsupported
 
 MAX_STOPS = 4  # OpenAI's limit on stop sequences
+MAX_CHOICES = 4  # choices per request (`n`), as many as llama.cpp's `n_cmpl` allows here
 
 
 class LookaheadOptions(BaseModel):
@@ -55,12 +56,14 @@ class _Common(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1, le=1)  # one choice per request (see the README)
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, each a sample of its own (`choices.py`)
     prediction: Prediction | None = None
     lookahead: LookaheadOptions | None = None
     # llama.cpp's extension, on by default as there: reuse the KV cells of the prefix this
     # prompt shares with an earlier one (a chat's next turn shares its history)
     cache_prompt: bool = True
+    # llama.cpp's extension: with `stream`, chunks with `prompt_progress` while the prompt goes in
+    return_progress: bool = False
     logit_bias: Any = None  # token id (or text) -> bias, read with the model's tokenizer (`logit_bias.py`)
     # OpenAI fields this service does not implement, where ignoring them would change what
     # the client gets: a 400 naming the field (`unsupported.py`)

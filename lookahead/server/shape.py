@@ -1,4 +1,5 @@
-"""Response bodies in OpenAI's shapes (whole responses, stream chunks, usage) for one request.
+"""Response bodies in OpenAI's shapes (whole responses, stream chunks, usage) for one request,
+with one choice per generation (`n`, see `choices.py`).
 
 `whole` and `usage_chunk` count a prediction's tokens: call them off the event loop."""
 
@@ -10,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from lookahead.core.engine import Result
+from lookahead.core.progress import Progress
 from lookahead.core.sampling import TokenProbs
 from lookahead.server.accounting import prediction_counts
+from lookahead.server.choices import total_stats
 from lookahead.server.logprobs import Piece, chat_logprobs, completion_logprobs
 from lookahead.server.native_shape import timings
 from lookahead.server.schemas import CompletionRequest, _Common
@@ -41,8 +44,9 @@ class Shape:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def usage(self, result: Result) -> dict[str, Any]:
-        s = result.stats
+    def usage(self, results: Sequence[Result]) -> dict[str, Any]:
+        """OpenAI's usage of every choice together: the prompt once, the completions summed."""
+        s = total_stats(results)
         usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": s.n_tokens,
@@ -53,12 +57,13 @@ class Shape:
         if self.body.prediction is not None:
             # OpenAI's definition: prediction tokens that appeared in the completion (accepted)
             # and those that did not (rejected); linear time, but off the event loop all the same
-            usage["completion_tokens_details"] = prediction_counts(self.predicted or [], result.tokens)
+            counts = [prediction_counts(self.predicted or [], r.tokens) for r in results]
+            usage["completion_tokens_details"] = {k: sum(c[k] for c in counts) for k in counts[0]}
         return usage
 
     @staticmethod
-    def stats(result: Result) -> dict[str, Any]:
-        s = result.stats
+    def stats(results: Sequence[Result]) -> dict[str, Any]:
+        s = total_stats(results)
         return {
             "steps": s.steps,
             "drafted": s.drafted,
@@ -76,58 +81,74 @@ class Shape:
             return chat_logprobs(probs, self.piece, self.body.top_logprobs or 0)
         return completion_logprobs(probs, self.piece, offset)
 
-    def whole(self, result: Result) -> dict[str, Any]:
+    def choice(self, result: Result, index: int) -> dict[str, Any]:
+        """One generation as choice `index` of a whole response."""
         if self.chat:
-            choice: dict[str, Any] = {
-                "index": 0,
+            return {
+                "index": index,
                 "message": {"role": "assistant", "content": result.text},
                 "logprobs": self.logprobs(result.probs),
                 "finish_reason": result.finish_reason,
             }
-            out = self._head("chat.completion")
-        else:
-            text = result.text
-            if isinstance(self.body, CompletionRequest) and self.body.echo:
-                text = self.body.text() + text
-            logprobs = self.logprobs(result.probs, len(text) - len(result.text))
-            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": result.finish_reason}
-            out = self._head("text_completion")
-        out["choices"] = [choice]
-        out["usage"] = self.usage(result)
-        out["lookahead"] = self.stats(result)
-        out["timings"] = self.timings(result)
+        text = result.text
+        if isinstance(self.body, CompletionRequest) and self.body.echo:
+            text = self.body.text() + text
+        logprobs = self.logprobs(result.probs, len(text) - len(result.text))
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": result.finish_reason}
+
+    def whole(self, results: Sequence[Result]) -> dict[str, Any]:
+        out = self._head("chat.completion" if self.chat else "text_completion")
+        out["choices"] = [self.choice(r, i) for i, r in enumerate(results)]
+        out["usage"] = self.usage(results)
+        out["lookahead"] = self.stats(results)
+        out["timings"] = self.timings(results)
         return out
 
-    def chunk(self, text: str, finish: str | None, first: bool, probs: Sequence[TokenProbs] = ()) -> dict[str, Any]:
+    def chunk(
+        self, text: str, finish: str | None, first: bool, probs: Sequence[TokenProbs] = (), index: int = 0
+    ) -> dict[str, Any]:
         logprobs = self.logprobs(probs) if probs else None
         if self.chat:
             delta: dict[str, Any] = {"content": text} if text or not finish else {}
             if first:
                 delta["role"] = "assistant"
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             out = self._head("chat.completion.chunk")
         else:
-            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+            choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
             out = self._head("text_completion")
         out["choices"] = [choice]
         return out
 
-    def role_chunk(self) -> dict[str, Any]:
+    def role_chunk(self, index: int = 0) -> dict[str, Any]:
         """A chat stream's first chunk: the role alone, before any text (as OpenAI and llama-server)."""
         out = self._head("chat.completion.chunk")
         delta = {"role": "assistant", "content": None}
-        out["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]
+        out["choices"] = [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]
         return out
 
-    def usage_chunk(self, result: Result) -> dict[str, Any]:
+    def progress_chunk(self, progress: Progress, index: int = 0) -> dict[str, Any]:
+        """llama-server's `prompt_progress` chunk (`return_progress`): an empty delta (a chat's
+        carries the role, as there) with how far the prompt's prefill has gone."""
+        out = self.role_chunk(index) if self.chat else self.chunk("", None, False, index=index)
+        out["prompt_progress"] = {
+            "total": progress.total,
+            "cache": progress.cache,
+            "processed": progress.processed,
+            "time_ms": round(progress.elapsed_s * 1000),
+        }
+        return out
+
+    def usage_chunk(self, results: Sequence[Result]) -> dict[str, Any]:
         out = self._head("chat.completion.chunk" if self.chat else "text_completion")
         out["choices"] = []
-        out["usage"] = self.usage(result)
-        out["lookahead"] = self.stats(result)
-        out["timings"] = self.timings(result)
+        out["usage"] = self.usage(results)
+        out["lookahead"] = self.stats(results)
+        out["timings"] = self.timings(results)
         return out
 
-    def timings(self, result: Result) -> dict[str, Any]:
+    def timings(self, results: Sequence[Result]) -> dict[str, Any]:
         """llama.cpp's `timings` object, as llama-server adds it to OpenAI's responses."""
-        cached = result.stats.tokens_cached
-        return timings(result.stats, self.prompt_tokens - cached, cached)
+        stats = total_stats(results)
+        cached = stats.tokens_cached
+        return timings(stats, self.prompt_tokens - cached, cached)

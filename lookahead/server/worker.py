@@ -79,6 +79,7 @@ class Worker(WorkerBase):
                     draft=job.draft,
                     sources=job.sources,
                     cache_prompt=job.cache_prompt,
+                    progress=job.progress,
                 )
             for event in events:
                 if job.cancelled.is_set():

@@ -1,0 +1,79 @@
+"""OpenAI's `n`: several choices for one request, each generated as a sample of its own.
+
+Each choice is a job of its own (its own sampler, draft sources and events), queued together
+on the worker. With a `seed`, choice i samples with seed + i, as llama-server seeds its
+`n_cmpl` children, so the choices differ when sampling and a request is still repeatable;
+greedy choices are equal. The choices share the prompt's KV cells through the prompt cache
+(they use it whatever `cache_prompt` says): on one slot they run one after another and each
+after the first reuses the cells the first left, so the prompt is prefilled once; with
+`--parallel N` they run side by side in their own slots, each slot prefilling what its cache
+does not hold. Usage is OpenAI's: the prompt counted once, the completions summed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from lookahead.core.engine import Result, Stats
+from lookahead.server.jobs import END, Job
+
+
+def as_choice(job: Job, index: int) -> Job:
+    """A job prepared for this request (its own events and draft sources: a source's stream
+    is one generation's) made choice `index` of several: its seed derived, its prompt's
+    cells shared with the other choices through the prompt cache."""
+    seed = job.sampling.seed
+    if seed is not None and index:
+        job.sampling = replace(job.sampling, seed=seed + index)
+    job.cache_prompt = True
+    return job
+
+
+async def merged(jobs: Sequence[Job]) -> AsyncIterator[tuple[int, Any]]:
+    """(choice index, event) of every job as they arrive, until each has ended (END is not
+    passed on). Stopping early leaves the jobs to the caller to cancel."""
+    if len(jobs) == 1:  # the common case, without a relay
+        while (item := await jobs[0].events.get()) is not END:
+            yield 0, item
+        return
+    out: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def relay(i: int, job: Job) -> None:
+        while True:
+            item = await job.events.get()
+            await out.put((i, item))
+            if item is END:
+                return
+
+    tasks = [asyncio.create_task(relay(i, job)) for i, job in enumerate(jobs)]
+    try:
+        left = len(jobs)
+        while left:
+            i, item = await out.get()
+            if item is END:
+                left -= 1
+                continue
+            yield i, item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def total_stats(results: Sequence[Result]) -> Stats:
+    """The choices' statistics as one request's: generated tokens, steps, drafts and times
+    summed; the cached prompt tokens are the first choice's (the prompt is counted once)."""
+    total = Stats()
+    for r in results:
+        s = r.stats
+        total.n_tokens += s.n_tokens
+        total.steps += s.steps
+        total.drafted += s.drafted
+        total.accepted += s.accepted
+        total.prefill_s += s.prefill_s
+        total.decode_s += s.decode_s
+        total.k_trace += s.k_trace
+    total.tokens_cached = results[0].stats.tokens_cached if results else 0
+    return total
