@@ -327,3 +327,16 @@ def test_a_chat_stream_opens_with_the_role_alone_and_ends_with_timings(server: R
     assert all("role" not in e["choices"][0]["delta"] for e in events[1:] if e["choices"])
     usage = events[-1]
     assert usage["choices"] == [] and usage["timings"]["predicted_n"] == usage["usage"]["completion_tokens"]
+
+
+def test_n_cmpl_completion_i_samples_with_seed_plus_i(server: Running) -> None:
+    """As llama-server seeds its n_cmpl children: sampled completions differ, and each is
+    the one a single request with that seed writes."""
+    body = {"prompt": "Once upon a time", "n_predict": 12, "temperature": 1.0, "seed": 40,
+            "lookahead": {"enabled": False}}
+    r = post(server, "/completion", {**body, "n_cmpl": 2})
+    assert r.status_code == 200, r.text
+    first, second = (a["content"] for a in r.json())
+    assert first != second
+    alone = post(server, "/completion", {**body, "seed": 41})
+    assert alone.json()["content"] == second

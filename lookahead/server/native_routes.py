@@ -215,6 +215,11 @@ async def answer(
     bias = model_bias(model, body.logit_bias)
     for job in jobs if bias else []:
         job.sampling = replace(job.sampling, logit_bias=bias)
+    k = body.completions()
+    for i, job in enumerate(jobs if k > 1 else []):  # completion i of a prompt: seed + i, as llama-server
+        seed = job.sampling.seed
+        if seed is not None and i % k:
+            job.sampling = replace(job.sampling, seed=seed + i % k)
     for job in jobs:
         submit(service, job)
 
