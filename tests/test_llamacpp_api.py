@@ -340,3 +340,18 @@ def test_n_cmpl_completion_i_samples_with_seed_plus_i(server: Running) -> None:
     assert first != second
     alone = post(server, "/completion", {**body, "seed": 41})
     assert alone.json()["content"] == second
+
+
+def test_completion_streams_prompt_progress_when_asked(server: Running) -> None:
+    body = {"prompt": PROMPT * 8, "n_predict": 4, "temperature": 0, "stream": True, "cache_prompt": False}
+    with server.client(KEY) as c, c.stream("POST", "/completion", json={**body, "return_progress": True}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    reports = [e["prompt_progress"] for e in events if "prompt_progress" in e]
+    total = events[-1]["tokens_evaluated"]
+    assert reports[0]["processed"] == reports[0]["cache"] == 0
+    assert [r["processed"] for r in reports][1:] == sorted({r["processed"] for r in reports[1:]})
+    assert reports[-1]["processed"] == total and all(r["total"] == total for r in reports)
+    assert all(e["content"] == "" and e["stop"] is False for e in events if "prompt_progress" in e)
+    with server.client(KEY) as c, c.stream("POST", "/completion", json=body) as r:
+        plain = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert not any("prompt_progress" in e for e in plain)

@@ -147,6 +147,7 @@ def make_job(prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: a
         sources=list(prepared.sources),
         loop=loop,
         cache_prompt=body.cache_prompt,  # llama.cpp's default: on (keep this prompt's cells for the next)
+        progress=body.stream and body.return_progress,
     )
 
 

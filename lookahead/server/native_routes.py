@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from lookahead.core.engine import Stats
+from lookahead.core.engine import Progress, Stats
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job
@@ -287,6 +287,10 @@ async def stream_lines(
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
                 yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
                 break
+            if isinstance(item, Progress):
+                part = shape.progress(item, n_predicted)
+                yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
+                continue
             text, tokens, probs = item
             n_predicted += len(tokens)
             part = shape.partial(text, tokens, n_predicted, probs)

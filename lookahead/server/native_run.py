@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from fastapi import Request
 
 from lookahead.apps.fim import indent_cut
-from lookahead.core.engine import Done, Result, Stats, Step
+from lookahead.core.engine import Done, Progress, Result, Stats, Step
 from lookahead.core.sampling import TokenProbs
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import END, Job
@@ -99,7 +99,7 @@ async def follow(
     detokenize: Callable[[list[int]], str],
     request: Request | None = None,
     capped: bool = False,
-) -> AsyncIterator[Piece | Outcome]:
+) -> AsyncIterator[Piece | Outcome | Progress]:
     """The job's text as it comes, then its Outcome. APIError for a failed generation;
     a client gone away (`request`, checked twice a second) cancels the job.
     `capped`: n_predict was cut to what the context leaves, so a "length" end is the
@@ -120,7 +120,9 @@ async def follow(
             if item is END:
                 raise APIError(503, "the generation was cancelled")
             raise_for(item)
-            if isinstance(item, Step):
+            if isinstance(item, Progress):  # only a request with return_progress gets these
+                yield item
+            elif isinstance(item, Step):
                 text = watch.step(item)
                 if text or item.tokens:
                     yield text, list(item.tokens), item.probs

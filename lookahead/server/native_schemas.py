@@ -58,6 +58,7 @@ class NativeRequest(BaseModel):
     t_max_prompt_ms: int = -1  # accepted, not acted on (llama.cpp does not either)
     t_max_predict_ms: int = -1  # stop at a newline once this much time passed since the first token
     cache_prompt: bool = True
+    return_progress: bool = False  # with stream: pieces with `prompt_progress` while the prompt is read
     id_slot: int = -1
     response_fields: list[str] | None = None
     return_tokens: bool = False

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lookahead.core.engine import Stats
+from lookahead.core.progress import Progress
 from lookahead.core.sampling import TokenProbs
 
 
@@ -60,6 +61,16 @@ def probs_json(probs: Sequence[TokenProbs], piece: Callable[[int], bytes]) -> li
         entry[top_key] = [one(t, v, key) for t, v in p.top]
         out.append(entry)
     return out
+
+
+def progress_json(progress: Progress) -> dict[str, int]:
+    """llama.cpp's `prompt_progress` object (`lookahead.core.progress`)."""
+    return {
+        "total": progress.total,
+        "cache": progress.cache,
+        "processed": progress.processed,
+        "time_ms": round(progress.elapsed_s * 1000),
+    }
 
 
 def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
@@ -136,6 +147,13 @@ class NativeShape:
         }
         if out.probs and not streamed and self.piece is not None:
             body["completion_probabilities"] = probs_json(out.probs, self.piece)
+        return body
+
+    def progress(self, progress: Progress, n_predicted: int) -> dict[str, Any]:
+        """A streamed piece with no text and how far the prompt has been read
+        (`return_progress`, llama.cpp's `prompt_progress`)."""
+        body = self.partial("", [], n_predicted)
+        body["prompt_progress"] = progress_json(progress)
         return body
 
     def partial(

@@ -16,7 +16,7 @@ from lookahead.core.sampling import TokenProbs
 from lookahead.server.accounting import prediction_counts
 from lookahead.server.choices import total_stats
 from lookahead.server.logprobs import Piece, chat_logprobs, completion_logprobs
-from lookahead.server.native_shape import timings
+from lookahead.server.native_shape import progress_json, timings
 from lookahead.server.schemas import CompletionRequest, _Common
 
 
@@ -131,12 +131,7 @@ class Shape:
         """llama-server's `prompt_progress` chunk (`return_progress`): an empty delta (a chat's
         carries the role, as there) with how far the prompt's prefill has gone."""
         out = self.role_chunk(index) if self.chat else self.chunk("", None, False, index=index)
-        out["prompt_progress"] = {
-            "total": progress.total,
-            "cache": progress.cache,
-            "processed": progress.processed,
-            "time_ms": round(progress.elapsed_s * 1000),
-        }
+        out["prompt_progress"] = progress_json(progress)
         return out
 
     def usage_chunk(self, results: Sequence[Result]) -> dict[str, Any]:
