@@ -122,22 +122,26 @@ class Model:
         sources: Sequence[DraftSource] = (),
         cache_prompt: bool = True,
         progress: bool = False,
+        parent: BatchRequest | None = None,
     ) -> BatchRequest:
         """Queue one generation on `batch` (see `lookahead.core.multi`), with the drafter and
         policy `stream` would build for it alone. `draft.exact`'s batch-size cap is not
         applied: bit-identity is claimed for one request at a time only. `cache_prompt`:
         the request goes to the free slot whose cache shares the longest prefix with its
-        prompt, prefills only the rest, and leaves its cells cached when it ends."""
+        prompt, prefills only the rest, and leaves its cells cached when it ends. `parent`:
+        a request of the same prompt whose prefilled cells this one copies (`Batch.add`)."""
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
         cache_prompt = cache_prompt and not draft.exact  # as in `stream`
         if not draft.enabled:
-            return batch.add(tokens, config, cache_prompt=cache_prompt, progress=progress)
+            return batch.add(tokens, config, cache_prompt=cache_prompt, progress=progress, parent=parent)
         if draft.adaptive:
             self.tuning.ensure_calibrated()
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
-        return batch.add(tokens, config, drafter, policy, cache_prompt=cache_prompt, progress=progress)
+        return batch.add(
+            tokens, config, drafter, policy, cache_prompt=cache_prompt, progress=progress, parent=parent
+        )
 
     def generate_many(
         self,

@@ -214,6 +214,7 @@ class FakeMultiModel:
         self.kept_parked: dict[int, int] = {}
         self.max_used = 0
         self.steps: list[int] = []
+        self.forked = 0  # cells copied from one slot to another (`fork`)
 
     @property
     def n_used(self) -> int:
@@ -254,6 +255,13 @@ class FakeMultiModel:
 
     def slot_used(self, slot: int) -> int:
         return len(self.ctx[slot]) + self.parked[slot]
+
+    def fork(self, src: int, dst: int, n: int) -> None:
+        """The first `n` committed tokens of slot `src` into the taken, empty slot `dst`."""
+        if src not in self.ctx or dst not in self.ctx or self.slot_used(dst) or n > len(self.ctx[src]):
+            raise BackendError(f"cannot fork {n} cells of slot {src} into slot {dst}")
+        self.ctx[dst] = self.ctx[src][:n]
+        self.forked += n
 
     def prefill(self, slot: int, tokens: TokenArray) -> None:
         if len(tokens) > self.n_batch:

@@ -98,3 +98,27 @@ def test_a_batched_request_reports_per_chunk_and_its_neighbour_reports_nothing()
     # chunks of 20 shared oldest first: 20, 20, 9, then the first verify
     assert [r.processed for r in reports] == [0, 20, 40, 49, 50]
     check_reports(reports, total=50, cache=0)
+
+
+def test_a_sibling_waits_for_its_parents_prompt_and_copies_it_instead_of_prefilling() -> None:
+    """The choices of one request (OpenAI's `n`) with --parallel: the prompt decoded once."""
+    model = FakeMultiModel(slots=3, n_vocab=VOCAB, seed=3)
+    batch = Batch(model, chunk=20)
+    greedy = GenerationConfig(max_tokens=12)
+    parent = batch.add(PROMPT, greedy)
+    child = batch.add(PROMPT, greedy, parent=parent)
+    other = batch.add(PROMPT[:10], greedy)
+    results: dict[int, Result] = {}
+    first_step = True
+    while not batch.idle:
+        for req, event in batch.step():
+            if isinstance(event, Done):
+                results[req.id] = event.result
+        if first_step:  # the parent's prompt is not in yet: the child waits, the other joins
+            assert child in batch.waiting and other in batch.active
+            first_step = False
+    assert model.forked == len(PROMPT) - 1
+    prefilled = sum(model.steps) - sum(r.stats.steps for r in results.values())  # verify steps decode 1 token each
+    assert prefilled == (len(PROMPT) - 1) + (10 - 1)  # the parent's prompt and the other's, not the child's
+    assert results[child.id].tokens == results[parent.id].tokens  # greedy: the same choice
+    assert results[child.id].stats.tokens_cached == len(PROMPT) - 1

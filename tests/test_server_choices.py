@@ -146,6 +146,30 @@ def test_n_with_parallel_slots_and_a_forced_id_slot(parallel_server: Running) ->
     assert {c["choices"][0]["index"] for c in chunks} == {0, 1}
 
 
+@pytest.fixture(scope="module")
+def unified_server(smol_path: Path) -> Iterator[Running]:
+    with serving(ServeConfig(model_id=MODEL_ID, parallel=2, kv_unified=True), loader(smol_path)) as running:
+        yield running
+
+
+@pytest.mark.parametrize("which", ["parallel_server", "unified_server"])
+def test_n_with_parallel_slots_decodes_the_prompt_once_and_copies_it(which: str, request: Any) -> None:
+    """The second choice starts from a copy of the first's prompt cells in a slot of its own
+    (a KV stream of its own, or the cells shared in one stream): nothing of the prompt is
+    decoded twice, and a copied stream is right (greedy choices equal a request's alone)."""
+    server: Running = request.getfixturevalue(which)
+    body = {"messages": LONG, "max_tokens": 8, "temperature": 0, **PLAIN}
+    alone = post(server, "/v1/chat/completions", {**body, "cache_prompt": False})
+    before = decoded(server)
+    three = post(server, "/v1/chat/completions", {**body, "n": 3, "cache_prompt": False})
+    n_prompt = three["usage"]["prompt_tokens"]
+    assert decoded(server) - before == (n_prompt - 1) + 3 * 8  # the third waits for a slot
+    if which == "parallel_server":  # one stream per slot: each request's cells in its solo order
+        assert texts(three) == texts(alone) * 3
+    else:  # shared cells: neighbours' cells may move logits by rounding (see lookahead.backend.slots)
+        assert all(texts(three))
+
+
 # ---- return_progress ---------------------------------------------------------------------
 
 

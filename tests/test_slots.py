@@ -21,6 +21,7 @@ from lookahead.core.control import FixedPolicy
 from lookahead.core.draft import Draft
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig
+from lookahead.errors import BackendError
 
 pytestmark = pytest.mark.model
 
@@ -112,3 +113,33 @@ def test_separate_kv_streams_keep_every_drafted_request_equal_to_its_solo_output
     alone = solo(smol_model)
     together, _ = run_together(smol_model, drafts=True, separate=True)
     assert together == alone
+
+
+@pytest.mark.parametrize("separate", [True, False])
+def test_a_forked_slot_holds_the_prompt_as_if_prefilled_and_frees_alone(smol_model: Any, separate: bool) -> None:
+    """`fork`: the first n cells of one slot into another (OpenAI's n choices share a
+    prompt): the copy gives the logits a prefill gives, and each slot frees its own cells."""
+    from lookahead.backend.slots import LlamaSlots
+
+    tokens = np.asarray(smol_model.prompt_tokens(PROMPTS[2]), np.int32)
+    n = len(tokens) - 1
+    slots = LlamaSlots(smol_model.backend, 3, separate=separate)
+    try:
+        a, _ = slots.acquire()
+        slots.prefill(a, tokens[:n])
+        b, _ = slots.acquire()
+        slots.fork(a, b, n)
+        assert slots.cache_tokens(b) == [int(t) for t in tokens[:n]] and slots.slot_past(b) == n
+        c, _ = slots.acquire()
+        slots.prefill(c, tokens[:n])
+        rows = slots.verify([(b, int(tokens[-1]), Draft.empty()), (c, int(tokens[-1]), Draft.empty())])
+        np.testing.assert_array_equal(rows[0][0], rows[1][0])
+        with pytest.raises(BackendError, match="cannot fork"):
+            slots.fork(a, b, n)  # b is not empty
+        slots.release(a)
+        assert not slots.held(a) and slots.held(b)
+        slots.release(b)
+        slots.release(c)
+        assert not slots.held(b) and slots.n_used == 0
+    finally:
+        slots.close()

@@ -141,6 +141,23 @@ class LlamaSlots:
             self.tokens_cached += kept
         return k, kept
 
+    def fork(self, src: int, dst: int, n: int) -> None:
+        """Give slot `dst` (taken, its cells freed) the first `n` committed cells of slot
+        `src`, decoded once for both: the choices of one request (OpenAI's `n`) share their
+        prompt. One KV stream per slot: llama.cpp copies a stream only whole, so the copy
+        is then cut to `n`; in one stream the cells are shared, not copied."""
+        a, b = self._slots[src], self._slots[dst]
+        if not 0 <= n <= a.n_past or not self._busy[dst] or b.n_used:
+            raise BackendError(f"cannot fork {n} cells of slot {src} into slot {dst}")
+        if self.separate:
+            self._kv.seq_cp(a.base, b.base, -1, -1)
+            self._kv.seq_rm(b.base, n, -1)
+        else:
+            for seq in b.ids.tolist():
+                self._kv.seq_cp(a.base, int(seq), 0, n)
+        b.n_past = n
+        b.cache_tokens = a.cache_tokens[:n]
+
     def release(self, slot: int, keep: bool = False) -> None:
         """Give the slot back: its cells freed, or with `keep` left for the prompt cache."""
         s = self._slots[slot]

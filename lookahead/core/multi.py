@@ -72,6 +72,10 @@ class MultiVerifier(Protocol):
 
     def slot_past(self, slot: int) -> int: ...
 
+    def fork(self, src: int, dst: int, n: int) -> None:
+        """Give the taken, empty slot `dst` the first `n` committed cells of slot `src`."""
+        ...
+
     def slot_used(self, slot: int) -> int: ...
 
     def prefill(self, slot: int, tokens: TokenArray) -> None:
@@ -104,6 +108,9 @@ class BatchRequest(Request):
         self.started = False  # prefill done, drafter told the prompt
         self.cache_prompt = False  # reuse a slot's cached prefix, and leave the cells cached after
         self.warm_up = False  # prefill only (an editor's n_predict 0): ends, cached, once its prompt is in
+        # a sibling with the same prompt (another choice of one request): this one waits for
+        # its prompt to be in, then starts from a copy of those cells instead of its own prefill
+        self.parent: BatchRequest | None = None
 
     @property
     def ready(self) -> bool:
@@ -181,12 +188,14 @@ class Batch:
         cache_prompt: bool = False,
         warm_up: bool = False,
         progress: bool = False,
+        parent: BatchRequest | None = None,
     ) -> BatchRequest:
         """Queue a generation; it joins at the next step with a free slot (with
         `cache_prompt`, the free slot whose cache shares the longest prefix with the prompt:
         those cells are kept, and the request's are left cached when it ends). `warm_up`:
         only prefill the prompt into a slot's cache and end there (`engine.warm`'s batch form).
         `progress`: Progress events as its prompt goes in (`lookahead.core.progress`).
+        `parent`: a request with the same prompt whose prefilled cells this one copies.
 
         Raises GenerationError at once for a prompt a slot cannot hold.
         """
@@ -197,6 +206,7 @@ class Batch:
         req.cache_prompt = cache_prompt or warm_up
         req.warm_up = warm_up
         req.report_progress = progress
+        req.parent = parent
         self.waiting.append(req)
         return req
 
@@ -220,9 +230,19 @@ class Batch:
         v = self.verifier
         start = self.clock()
         events: list[tuple[BatchRequest, Event]] = []
-        while self.waiting and self.free_slots > 0:
-            req = self.waiting.popleft()
-            req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
+        for req in list(self.waiting):
+            parent = req.parent
+            if self.free_slots <= 0:
+                break
+            if parent is not None and (parent in self.waiting or (parent in self.active and not parent.ready)):
+                continue  # its sibling's prompt is not in yet: copied once it is
+            self.waiting.remove(req)
+            if parent is not None and parent in self.active:  # its sibling's prompt cells, copied
+                req.slot, _ = v.acquire()
+                req.prefilled = shared_prefix(parent.prompt[:-1], req.prompt[:-1])
+                v.fork(parent.slot, req.slot, req.prefilled)
+            else:
+                req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
             req.stats.tokens_cached = req.prefilled
             req.t_admit = self.clock()
             if req.report_progress:
@@ -342,6 +362,12 @@ class Batch:
             v.release(req.slot, keep=req.cache_prompt)  # its cells go now (or stay cached)
             out.append((req, done))
         return out
+
+
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def run_batch(

@@ -101,6 +101,9 @@ class BatchWorker(WorkerBase):
         """The job as a batch request: the pieces `Model.stream` builds for one generation."""
         if job.warm_up:  # n_predict 0: the prompt into a slot's cache, nothing written
             return self.batch.add(job.tokens, GenerationConfig(1), warm_up=True)
+        # another choice of the same request: its slot starts from a copy of the first
+        # choice's prompt cells (if that one still runs), so the prompt is decoded once
+        parent = self._req_of.get(id(job.sibling_of)) if job.sibling_of is not None else None
         return self.model.add_to(
             self.batch,
             job.tokens,
@@ -111,6 +114,7 @@ class BatchWorker(WorkerBase):
             sources=job.sources,
             cache_prompt=job.cache_prompt,
             progress=job.progress,
+            parent=parent,
         )
 
     def _drop_cancelled(self) -> None:

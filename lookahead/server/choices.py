@@ -3,11 +3,12 @@
 Each choice is a job of its own (its own sampler, draft sources and events), queued together
 on the worker. With a `seed`, choice i samples with seed + i, as llama-server seeds its
 `n_cmpl` children, so the choices differ when sampling and a request is still repeatable;
-greedy choices are equal. The choices share the prompt's KV cells through the prompt cache
-(they use it whatever `cache_prompt` says): on one slot they run one after another and each
-after the first reuses the cells the first left, so the prompt is prefilled once; with
-`--parallel N` they run side by side in their own slots, each slot prefilling what its cache
-does not hold. Usage is OpenAI's: the prompt counted once, the completions summed.
+greedy choices are equal. The prompt is decoded once for all of them (whatever
+`cache_prompt` says): on one slot they run one after another and each after the first
+reuses, through the prompt cache, the cells the first left; with `--parallel N` they run
+side by side, each further choice waiting for the first's prompt to be in, then starting
+from a copy of its cells in a slot of its own (`LlamaSlots.fork`), as llama-server starts
+its `n_cmpl` children. Usage is OpenAI's: the prompt counted once, the completions summed.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from lookahead.core.engine import Result, Stats
 from lookahead.server.jobs import END, Job
 
 
-def as_choice(job: Job, index: int) -> Job:
+def as_choice(job: Job, index: int, first: Job) -> Job:
     """A job prepared for this request (its own events and draft sources: a source's stream
     is one generation's) made choice `index` of several: its seed derived, its prompt's
-    cells shared with the other choices through the prompt cache."""
+    cells shared with the `first` choice's (through the prompt cache, or copied from its
+    slot with `--parallel`)."""
     seed = job.sampling.seed
     if seed is not None and index:
         job.sampling = replace(job.sampling, seed=seed + index)
     job.cache_prompt = True
+    job.sibling_of = first if index else None
     return job
 
 

@@ -56,6 +56,7 @@ class Job:
     # cells cached when it ends (off: a cold start, and every cell freed at the end)
     cache_prompt: bool = False
     progress: bool = False  # Progress events while the prompt goes in (`return_progress`)
+    sibling_of: Job | None = None  # another choice of the same request (same prompt), queued before this one
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 

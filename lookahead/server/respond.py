@@ -37,7 +37,7 @@ async def serve(
     jobs = [await run_in_threadpool(prepare, service, body, chat, caller, loop)]
     if body.n > 1:  # each choice prepared alone: a draft source's stream is one generation's
         jobs += [await run_in_threadpool(prepare, service, body, chat, caller, loop) for _ in range(body.n - 1)]
-        jobs = [as_choice(job, i) for i, job in enumerate(jobs)]
+        jobs = [as_choice(job, i, jobs[0]) for i, job in enumerate(jobs)]
     assert service.worker is not None
     try:
         with admission():
