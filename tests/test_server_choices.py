@@ -248,3 +248,22 @@ def test_a_client_that_leaves_during_progress_cancels_its_generation(server: Run
     while cancelled(server) == before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert cancelled(server) == before + 1
+
+
+@pytest.mark.parametrize("which", ["server", "parallel_server"])
+def test_n_cmpl_on_completion_decodes_the_prompt_once(which: str, request: Any) -> None:
+    server: Running = request.getfixturevalue(which)
+    prompt = "Summarize: " + " ".join(f"item {i} is blue." for i in range(50))
+    body = {"prompt": prompt, "n_predict": 6, "temperature": 0, "cache_prompt": False, "n_cmpl": 2, **PLAIN}
+    before = decoded(server)
+    answers = post_list(server, "/completion", body)
+    n_prompt = answers[0]["tokens_evaluated"]
+    assert decoded(server) - before == (n_prompt - 1) + 2 * 6
+    assert answers[0]["content"] == answers[1]["content"]
+
+
+def post_list(server: Running, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with server.client() as c:
+        r = c.post(path, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]

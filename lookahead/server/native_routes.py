@@ -218,8 +218,11 @@ async def answer(
     k = body.completions()
     for i, job in enumerate(jobs if k > 1 else []):  # completion i of a prompt: seed + i, as llama-server
         seed = job.sampling.seed
-        if seed is not None and i % k:
-            job.sampling = replace(job.sampling, seed=seed + i % k)
+        job.cache_prompt = True  # the prompt read once for its k completions (as OpenAI's `n`)
+        if i % k:
+            job.sibling_of = jobs[i - i % k]  # with --parallel: a copy of the first one's prompt cells
+            if seed is not None:
+                job.sampling = replace(job.sampling, seed=seed + i % k)
     for job in jobs:
         submit(service, job)
 
