@@ -23,8 +23,7 @@ import numpy.typing as npt
 
 from lookahead.errors import UserError
 
-FIRST_CHUNK = 32  # tokens asked about first (times k); each further round asks 16x more
-GROWTH = 16
+GROWTH = 32  # the first round asks about the k most likely tokens, each next one 32x more
 
 
 class TokenConstraint(Protocol):
@@ -54,10 +53,9 @@ def restrict(logits: npt.NDArray[np.float32], constraint: TokenConstraint, k: in
     argmax and the sampler's top-k order them. Tokens already at -inf (banned by a bias)
     count as not allowed. Raises NoTokenAllowed when none is left."""
     n = len(logits)
-    finite = np.isfinite(logits)
     out = np.full(n, -np.inf, dtype=np.float32)
     if k <= 0 or k >= n:
-        ids = np.flatnonzero(finite).astype(np.int32)
+        ids = np.flatnonzero(np.isfinite(logits)).astype(np.int32)
         keep = ids[constraint.allowed(ids)]
         if not len(keep):
             raise NoTokenAllowed("the grammar allows no token here (or the logit bias bans every one it allows)")
@@ -66,18 +64,20 @@ def restrict(logits: npt.NDArray[np.float32], constraint: TokenConstraint, k: in
     found: list[npt.NDArray[np.int32]] = []
     n_found = 0
     above = np.inf  # tokens with a logit >= above were asked about in an earlier round
-    m = FIRST_CHUNK * k
+    m = k  # the round's share of the row: k, then GROWTH times more each round
     while True:
-        if m >= n:
-            cand = np.flatnonzero(finite & (logits < above))
-            last = True
+        last = m >= n
+        if last:
+            sel = logits < above
         else:
             # every token at or above the m-th largest logit: ties at the edge come in whole
-            thr = np.partition(logits, n - m)[n - m]
-            cand = np.flatnonzero(finite & (logits >= thr) & (logits < above))
-            last = False
+            thr = logits.max() if m == 1 else np.partition(logits, n - m)[n - m]
+            sel = logits >= thr
+            if above < np.inf:
+                sel &= logits < above
             above = thr
-        asked = cand.astype(np.int32)
+        cand = np.flatnonzero(sel)
+        asked = cand[np.isfinite(logits[cand])].astype(np.int32)
         ok = asked[constraint.allowed(asked)]
         found.append(ok)
         n_found += len(ok)
