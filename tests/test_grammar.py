@@ -202,6 +202,8 @@ def test_a_streamed_reply_follows_the_grammar(server: Running) -> None:
         ("/v1/completions", {"json_schema": {"type": "hiccup"}}, "json_schema"),
         ("/completion", {"json_schema": {"$ref": "https://example.com/s.json"}}, "json_schema"),
         ("/v1/chat/completions", {"grammar": 'root ::= "a"', "json_schema": {}}, "json_schema"),
+        ("/completion", {"grammar": 'root ::= "a"', "grammar_lazy": True}, "grammar_lazy"),
+        ("/v1/chat/completions", {"grammar": 'root ::= "a"', "grammar_lazy": True}, "grammar_lazy"),
     ],
 )
 def test_what_cannot_be_used_is_a_400_in_openai_shape_naming_the_field(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, m
 
 from lookahead.core.sampling import SamplingConfig
 from lookahead.server.schemas import LookaheadOptions
+from lookahead.server.unsupported import refuse_unsupported
 
 # llama.cpp's sampling defaults (common_params_sampling)
 DEFAULT_TEMPERATURE = 0.8
@@ -65,7 +66,10 @@ class NativeRequest(BaseModel):
     logit_bias: Any = None  # read with the model's tokenizer: `logit_bias.py`
     grammar: str | None = None  # GBNF rules the output must follow (`constrained.py`)
     json_schema: Any = None  # ... or a JSON schema it must fit
+    grammar_lazy: Any = None  # a grammar applied from a trigger on: not implemented (400)
     lookahead: LookaheadOptions | None = None
+
+    _refuse = field_validator("grammar_lazy")(refuse_unsupported)
 
     @model_validator(mode="after")
     def _alias_limits(self) -> NativeRequest:

@@ -67,6 +67,7 @@ class _Common(BaseModel):
     response_format: Any = None
     grammar: Any = None
     json_schema: Any = None
+    grammar_lazy: Any = None  # llama.cpp's grammar applied from a trigger on: not implemented
     # OpenAI fields this service does not implement, where ignoring them would change what
     # the client gets: a 400 naming the field (`unsupported.py`)
     tools: Any = None
@@ -76,7 +77,7 @@ class _Common(BaseModel):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     best_of: Any = None
 
-    _refuse = field_validator("tools", "functions", "best_of")(refuse_unsupported)
+    _refuse = field_validator("tools", "functions", "best_of", "grammar_lazy")(refuse_unsupported)
 
     @field_validator("logprobs")
     @classmethod

@@ -15,6 +15,7 @@ WHY = {
     "tools": "no tool calls",
     "functions": "no function calls",
     "best_of": "one completion per request",
+    "grammar_lazy": "a grammar applies from the first token",
 }
 
 
