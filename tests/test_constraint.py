@@ -211,3 +211,24 @@ def test_batched_requests_each_follow_their_own_rule_state() -> None:
     ]
     results = {i: e.result for i, e in run_batch(model, jobs) if isinstance(e, Done)}
     assert [results[i].tokens for i in range(3)] == [want] * 3
+
+
+def test_in_a_batch_a_rule_that_leaves_no_token_fails_its_request_alone() -> None:
+    from lookahead.core.multi import Batch
+
+    model = FakeMultiModel(slots=2, n_vocab=8, seed=5)
+    batch = Batch(model)
+    batch.isolate = True
+    want = masked_greedy(FakeModel(n_vocab=8, seed=5), PROMPT, 20)
+    good = batch.add(PROMPT, GenerationConfig(20, sampling=SamplingConfig(constraint=Alternate)),
+                     TreeDrafter(8), FixedPolicy(3, budget=6, branches=2))
+    bad = batch.add(PROMPT, GenerationConfig(20, sampling=SamplingConfig(constraint=lambda: Allow([]))))
+    results: dict[int, Result] = {}
+    while not batch.idle:
+        for req, event in batch.step():
+            if isinstance(event, Done):
+                results[req.id] = event.result
+    assert results[good.id].tokens == want
+    assert bad.id not in results
+    assert [(r.id, type(e)) for r, e in batch.failed] == [(bad.id, NoTokenAllowed)]
+    assert model.n_used == 0  # the failed request's cells are freed
