@@ -190,7 +190,8 @@ async def answer(
             for b in answers
         ]
 
-    constraint = request_constraint(model, body.grammar, body.json_schema)  # 400 for an invalid one
+    # 400 for an invalid grammar or schema; parsed off the event loop (a schema's can be long)
+    constraint = await run_in_threadpool(request_constraint, model, body.grammar, body.json_schema)
     prepared = await run_in_threadpool(prepare_all)
     first = prepared[0]
     prompt_texts = [await run_in_threadpool(text_of, model, p.tokens, True) for p in prepared]
