@@ -132,7 +132,8 @@ class Sampler:
         return out
 
     def pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
-        """The next token after `history` (all tokens so far, prompt included)."""
+        """The next token after `history` (all tokens so far, prompt included); the
+        constraint, if any, moves past it (the caller keeps every token picked)."""
         token = self._pick(logits, history)
         if self.constraint is not None:
             self.constraint.accept(token)
