@@ -1,9 +1,10 @@
 """Turning one row of logits into one token, the way plain decoding would.
 
-The order follows llama.cpp's default sampler chain: logit bias -> repeat penalty -> top-k -> top-p ->
-min-p (on the untempered distribution) -> temperature -> draw. A draw consumes exactly one
-uniform number, so with the same seed the n-th generated token uses the n-th number whether
-or not drafts were verified: speculative output then equals plain output token for token.
+The order follows llama.cpp's default sampler chain: logit bias -> repeat penalty -> (a grammar's
+mask, `constraint.py`) -> top-k -> top-p -> min-p (on the untempered distribution) ->
+temperature -> draw. A draw consumes exactly one uniform number, so with the same seed the
+n-th generated token uses the n-th number whether or not drafts were verified: speculative
+output then equals plain output token for token.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from lookahead.core.constraint import ConstraintFactory, TokenConstraint, restrict
 from lookahead.errors import ConfigError
 
 GREEDY_BELOW = 1e-5  # temperatures below this sample as greedy (argmax)
@@ -38,6 +40,9 @@ class SamplingConfig:
     # of the distribution the token was drawn from (after bias, penalty, top-k/p, min-p, temperature)
     n_probs: int = 0
     post_sampling_probs: bool = False
+    # makes a fresh state of a rule on the next token (a grammar) for each generation: the
+    # target distribution is the model's masked to what the rule allows (`constraint.py`)
+    constraint: ConstraintFactory | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.temperature < math.inf:
@@ -118,6 +123,8 @@ class Sampler:
         self._rng = np.random.default_rng(config.seed)
         self.probs: list[TokenProbs] = []
         self._post: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
+        # every pick is kept (acceptance walks one path), so one state advanced per pick
+        self.constraint: TokenConstraint | None = config.constraint() if config.constraint else None
 
     def take_probs(self) -> list[TokenProbs]:
         """The probabilities of the picks since the last call, in pick order."""
@@ -125,8 +132,11 @@ class Sampler:
         return out
 
     def pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
-        """The next token after `history` (all tokens so far, prompt included)."""
+        """The next token after `history` (all tokens so far, prompt included); the
+        constraint, if any, moves past it (the caller keeps every token picked)."""
         token = self._pick(logits, history)
+        if self.constraint is not None:
+            self.constraint.accept(token)
         if self.config.n_probs > 0:
             self.probs.append(self._probs_of(logits, token))
         return token
@@ -149,6 +159,9 @@ class Sampler:
         if cfg.repeat_penalty != 1.0:
             recent = history[-cfg.repeat_last_n :] if cfg.repeat_last_n > 0 else ()
             logits = penalize(logits, recent, cfg.repeat_penalty)
+        if self.constraint is not None:
+            # greedy needs only the best allowed token; sampling the top_k best allowed
+            logits = restrict(logits, self.constraint, 1 if cfg.greedy else cfg.top_k)
         if cfg.greedy:
             return int(np.argmax(logits))
         return self._draw(logits, float(self._rng.random()))
