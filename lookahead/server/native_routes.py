@@ -24,6 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lookahead.core.engine import Progress, Stats
+from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job
@@ -188,6 +189,8 @@ async def answer(
             for b in answers
         ]
 
+    # 400 for an invalid grammar or schema; parsed off the event loop (a schema's can be long)
+    constraint = await run_in_threadpool(request_constraint, model, body.grammar, body.json_schema)
     prepared = await run_in_threadpool(prepare_all)
     first = prepared[0]
     prompt_texts = [await run_in_threadpool(text_of, model, p.tokens, True) for p in prepared]
@@ -213,8 +216,8 @@ async def answer(
     loop = asyncio.get_running_loop()
     jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
     bias = model_bias(model, body.logit_bias)
-    for job in jobs if bias else []:
-        job.sampling = replace(job.sampling, logit_bias=bias)
+    for job in jobs if bias or constraint else []:
+        job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
     k = body.completions()
     for i, job in enumerate(jobs if k > 1 else []):  # completion i of a prompt: seed + i, as llama-server
         seed = job.sampling.seed
