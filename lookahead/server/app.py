@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from lookahead.api import Model
-from lookahead.server import compat, errors, native_routes, replica, routes_openai, routes_ops
+from lookahead.server import compat, errors, native_routes, replica, routes_openai, routes_ops, routes_template
 from lookahead.server.config import ServeConfig
 from lookahead.server.limits import BodyLimit
 from lookahead.server.service import Service
@@ -53,5 +53,6 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.include_router(routes_ops.router)
     app.include_router(routes_openai.router)
     app.include_router(native_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
+    app.include_router(routes_template.router)  # /apply-template, /v1/chat/completions/input_tokens
     compat.install(app, config.cors_origins)  # the OpenAI routes without /v1, CORS
     return app
