@@ -194,3 +194,8 @@ def test_a_template_file_is_read(tmp_path: Path) -> None:
         template_source(None, tmp_path / "missing.jinja")
     with pytest.raises(ConfigError, match="not both"):
         template_source("chatml", path)
+
+
+def test_a_conversation_of_one_assistant_message_continues_after_the_opened_turn() -> None:
+    chatml = ChatTemplate(BUILTIN["chatml"])
+    assert chatml.prompt([{"role": "assistant", "content": "Once"}]) == "<|im_start|>assistant\nOnce"

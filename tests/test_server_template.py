@@ -128,6 +128,9 @@ def test_verbose_adds_llama_servers_debug_answer(server: Running) -> None:
     chunks = payloads(r.text.splitlines())
     assert [("__verbose" in c) for c in chunks] == [c["choices"][0]["finish_reason"] is not None for c in chunks]
     assert chunks[-1]["__verbose"]["prompt"] == CHATML_BOOK + OPEN
+    # on /v1/completions too, the prompt as the model read it
+    completion = ok(server, "/v1/completions", {"prompt": "def f(", "max_tokens": 2, "verbose": True})
+    assert completion["__verbose"]["prompt"] == "def f(" and completion["__verbose"]["tokens_predicted"] == 2
 
 
 @pytest.mark.model
@@ -142,6 +145,8 @@ def test_a_chat_template_given_to_serve_replaces_the_models(command_r_server: Ru
     assert ok(command_r_server, "/apply-template", {"messages": system_user}, KEY) == {"prompt": expected}
     body = {"messages": system_user, "max_tokens": 2, "temperature": 0, "verbose": True}
     assert ok(command_r_server, "/v1/chat/completions", body, KEY)["__verbose"]["prompt"] == expected
+    with command_r_server.client(KEY) as c:
+        assert c.get("/props").json()["chat_template"] == BUILTIN["command-r"]
 
 
 runner = CliRunner()

@@ -123,8 +123,7 @@ class ChatTemplate:
             return self.render(messages, add_generation_prompt)
         if not last_is_assistant:
             raise UserError("continue_final_message continues an assistant message, but the last message is not one")
-        head = self.render(messages[:-1], add_generation_prompt=True) if len(messages) > 1 else ""
-        return head + str(messages[-1].get("content") or "")
+        return self.render(messages[:-1], add_generation_prompt=True) + str(messages[-1].get("content") or "")
 
 
 def template_source(text: str | None, file: Path | None = None, jinja: bool | None = None) -> str | None:

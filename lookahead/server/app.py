@@ -12,6 +12,7 @@ loaded; `lookahead serve` passes one that loads by name.
 The rooms, one job each: `config.py` (ServeConfig), `service.py` (the loaded model, its
 worker, memory, metrics), `deps.py` (key check, readiness), `prepare.py` (a request's checks
 and its Job), `respond.py` (queue, wait, SSE), `shape.py` (OpenAI's response bodies),
+`chat.py` (messages to a prompt through the chat template), `verbose.py` (`__verbose`),
 `limits.py` (the body limit), `errors.py` (OpenAI's error shape), `jobs.py` / `worker.py` /
 `batch_worker.py` (the generation thread). Routes live in `routes_*.py`, one `APIRouter`
 per area: a new area adds its module and one `include_router` line below.

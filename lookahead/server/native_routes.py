@@ -99,7 +99,7 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
         "endpoint_slots": svc.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
-        "chat_template": model.backend.meta("tokenizer.chat_template") or "",
+        "chat_template": svc.config.chat_template or model.backend.meta("tokenizer.chat_template") or "",
         "bos_token": "",
         "eos_token": "",
         "build_info": "lookahead",
