@@ -1,18 +1,18 @@
 """An editing session replayed against code-completion servers, as an editor plugin drives them.
 
-    python -m bench.editing --llama-server PATH          # lookahead vs llama-server, ~7 min on 2 cores
+    python -m bench.editing --llama-server PATH          # lookahead vs llama-server, ~12 min on 2 cores
     python -m bench.editing --quick --llama-server PATH  # one short session, a few minutes
     python -m bench.editing --servers lookahead          # lookahead serve alone
 
-The session (`bench/editing_session.py`): files of this repository, a cursor moved into a
-function body, a few lines typed there character by character, and at each pause the
-`/infill` request llama.vim sends (its fields and defaults: two 64-line chunks of neighbouring
-files as `input_extra`, `n_predict` 128, `t_max_predict_ms` 1000, `cache_prompt`; 128 lines
-above the cursor and 16 below, where llama.vim sends up to 256 and 64, so that the default
-run fits in 8 minutes on 2 cores: `--prefix-lines 256 --suffix-lines 64` for its own), after
-the `n_predict: 0` warm-up llama.vim sends when the cursor arrives. No pause starts after
-`--time-limit` seconds (420), the first excepted: a slower machine measures fewer requests,
-and says so.
+The session (`bench/editing_session.py`): files of this repository and of Python's standard
+library (`stdlib:json/decoder.py`), a cursor moved into a function body, a few lines typed there
+character by character, and at each pause the `/infill` request llama.vim sends (its fields and
+defaults: two 64-line chunks of neighbouring files as `input_extra`, `n_predict` 128,
+`t_max_predict_ms` 1000, `cache_prompt`; 128 lines above the cursor and 16 below, where
+llama.vim sends up to 256 and 64, so that the default run fits in 15 minutes on 2 cores:
+`--prefix-lines 256 --suffix-lines 64` for its own), after the `n_predict: 0` warm-up llama.vim
+sends when the cursor arrives. No pause starts after `--time-limit` seconds (900), the first
+excepted: a slower machine measures fewer requests, and says so.
 
 Every server gets the same requests, interleaved request by request (the order rotates, so
 none always goes first on a machine that warms up or gets busier),
@@ -36,6 +36,7 @@ import os
 import platform
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -53,7 +54,16 @@ from lookahead.backend.probe import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
-FILES = ("lookahead/core/engine.py", "lookahead/index/ngram.py", "lookahead/server/native_run.py")
+# this repository's files and the standard library's, alternating (`stdlib:` names a file of the
+# running Python's standard library; its neighbours are the other modules of its package)
+FILES = (
+    "lookahead/core/engine.py",
+    "stdlib:json/decoder.py",
+    "lookahead/index/ngram.py",
+    "stdlib:asyncio/queues.py",
+    "lookahead/server/native_run.py",
+)
+STDLIB = "stdlib:"
 SERVERS = ("lookahead", "server_plain", "server_ngram_simple")
 
 
@@ -122,8 +132,14 @@ class Server:
 
 
 def start_servers(
-    names: list[str], model: Path, model_name: str, llama_server: Path | None, threads: int, n_ctx: int,
-    repeats: int, keys_dir: Path,
+    names: list[str],
+    model: Path,
+    model_name: str,
+    llama_server: Path | None,
+    threads: int,
+    n_ctx: int,
+    repeats: int,
+    keys_dir: Path,
 ) -> list[Server]:
     servers = []
     for name in names:
@@ -153,9 +169,10 @@ def ask(server: Server, body: dict[str, Any], repeat: int, budget_s: float) -> d
     n_tokens = in_budget = 0
     content = ""
     final: dict[str, Any] = {}
-    with httpx.Client(timeout=600, headers=server.headers(repeat)) as c, c.stream(
-        "POST", server.url + "/infill", json=body
-    ) as r:
+    with (
+        httpx.Client(timeout=600, headers=server.headers(repeat)) as c,
+        c.stream("POST", server.url + "/infill", json=body) as r,
+    ):
         if r.status_code != 200:
             r.read()
             raise RuntimeError(f"{server.name}: HTTP {r.status_code}: {r.text[:300]}")
@@ -205,11 +222,14 @@ def warm(server: Server, body: dict[str, Any], repeat: int) -> float:
 def sessions(files: list[str], args: argparse.Namespace) -> list[Session]:
     out = []
     for f in files:
-        path = ROOT / f
+        root = Path(sysconfig.get_paths()["stdlib"]) if f.startswith(STDLIB) else ROOT
+        path = root / f.removeprefix(STDLIB)
         if not path.is_file():
-            raise SystemExit(f"no such file in this repository: {f}")
+            where = "the standard library" if f.startswith(STDLIB) else "this repository"
+            raise SystemExit(f"no such file in {where}: {f.removeprefix(STDLIB)}")
         neighbours = sorted(p for p in path.parent.glob("*.py") if p != path and p.name != "__init__.py")
-        out.append(session(path, ROOT, neighbours, n_lines=args.lines, n_extra=args.extra,
+        label = STDLIB if root != ROOT else ""
+        out.append(session(path, root, neighbours, label=label, n_lines=args.lines, n_extra=args.extra,
                            pause_chars=args.pause_chars, n_prefix=args.prefix_lines,
                            n_suffix=args.suffix_lines))  # fmt: skip
     return out
@@ -232,16 +252,19 @@ def run(
             for i, p in enumerate(s.pauses):
                 if records and time.monotonic() > deadline:
                     return records, True
-                body = infill_body(s, p, n_predict=args.n_predict, budget_ms=args.budget_ms, seed=i,
-                                   greedy=args.sampling == "greedy")
+                body = infill_body(
+                    s, p, n_predict=args.n_predict, budget_ms=args.budget_ms, seed=i, greedy=args.sampling == "greedy"
+                )
                 order = servers[turn % len(servers) :] + servers[: turn % len(servers)]
                 turn += 1
                 for srv in order:
                     got = ask(srv, body, repeat, budget_s)
                     records.append(Record(srv.name, repeat, s.name, i, **got))
-                    log(f"r{repeat} {s.name} #{i:02d} {srv.name:20s} ttft {got['ttft_s'] * 1e3:7.0f} ms "
+                    log(
+                        f"r{repeat} {s.name} #{i:02d} {srv.name:20s} ttft {got['ttft_s'] * 1e3:7.0f} ms "
                         f"total {got['total_s'] * 1e3:7.0f} ms  {got['n_tokens']:3d} tok "
-                        f"({got['in_budget']:3d} in budget)  cached {got['cached']:5d}/{got['prompt_n']:5d}")
+                        f"({got['in_budget']:3d} in budget)  cached {got['cached']:5d}/{got['prompt_n']:5d}"
+                    )
     return records, False
 
 
@@ -278,6 +301,26 @@ def summarize(records: list[Record], names: list[str], repeats: int) -> dict[str
     return out
 
 
+def paired(records: list[Record], names: list[str]) -> dict[str, dict[str, float]]:
+    """Each server beside the first, request by request: the median over the pauses both
+    answered of (this server's time / the first's), for the complete suggestion and the first
+    token. A median of ratios of the same request, so a few long suggestions on one side do
+    not decide it, as they can decide a comparison of two medians."""
+    if not names:
+        return {}
+    by = {(r.server, r.repeat, r.session, r.pause): r for r in records}
+    base, out = names[0], {}
+    for name in names[1:]:
+        pairs = [(by[(base, *key[1:])], r) for key, r in by.items() if key[0] == name and (base, *key[1:]) in by]
+        if not pairs:
+            continue
+        out[f"{base} / {name}"] = {
+            "pairs": len(pairs),
+            "complete_ratio_median": float(np.median([a.total_s / b.total_s for a, b in pairs])),
+            "ttft_ratio_median": float(np.median([a.ttft_s / b.ttft_s for a, b in pairs])),
+            "same_text": sum(a.content == b.content for a, b in pairs),
+        }
+    return out
 
 
 def markdown(out: dict[str, Any]) -> str:
@@ -304,14 +347,24 @@ def markdown(out: dict[str, Any]) -> str:
             f"{s['tokens_in_budget_median']:.0f} / {s['tokens_in_budget_mean']:.1f} | "
             f"{s['cached_tokens_mean']:.0f} / {s['prompt_tokens_mean']:.0f} | {acc} |"
         )
+    if out.get("paired"):
+        lines += ["", "Request by request (the median over the pauses both servers answered of the ratio "
+                      "of their times, below 1: the first server is faster; and how many suggestions "
+                      "were the same text):", "",
+                  "| servers | pairs | complete-suggestion time ratio (median) | TTFT ratio (median) | same text |",
+                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        for pair, v in out["paired"].items():
+            lines.append(f"| {pair} | {v['pairs']} | {v['complete_ratio_median']:.2f} | "
+                         f"{v['ttft_ratio_median']:.2f} | {v['same_text']} |")  # fmt: skip
     if out["cut_by_time_limit"]:
-        lines += ["", f"The run reached its time limit ({a['time_limit']:.0f} s) before the last pause: "
-                      "these are the requests sent until then."]
+        lines += [
+            "",
+            f"The run reached its time limit ({a['time_limit']:.0f} s) before the last pause: "
+            "these are the requests sent until then.",
+        ]
     lines += ["", "Sessions: " + ", ".join(f"`{s['name']}` from line {s['start'] + 1} ({s['pauses']} pauses)"
                                          for s in out["sessions"]), ""]  # fmt: skip
     return "\n".join(lines)
-
-
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -319,20 +372,32 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a model name of `lookahead models list`")
     p.add_argument("--llama-server", type=Path, default=None, help="llama.cpp's llama-server binary")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma list of {', '.join(SERVERS)}")
-    p.add_argument("--files", default=",".join(FILES), help="files of this repository to type into, comma list")
-    p.add_argument("--sessions", type=int, default=2, help="how many of --files to use")
+    p.add_argument(
+        "--files",
+        default=",".join(FILES),
+        help="files to type into, comma list: paths in this repository, stdlib:PATH in Python's standard library",
+    )
+    p.add_argument("--sessions", type=int, default=4, help="how many of --files to use")
     p.add_argument("--lines", type=int, default=3, help="lines typed per session")
     p.add_argument("--pause-chars", type=int, default=16, help="characters typed between two mid-line pauses")
     p.add_argument("--extra", type=int, default=2, help="input_extra chunks (64 lines of a neighbouring file each)")
     p.add_argument("--prefix-lines", type=int, default=128, help="lines above the cursor sent (llama.vim: 256)")
     p.add_argument("--suffix-lines", type=int, default=16, help="lines below the cursor sent (llama.vim: 64)")
-    p.add_argument("--time-limit", type=float, default=420,
-                   help="seconds after which no new pause is sent (the run then reports what it measured)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=900,
+        help="seconds after which no new pause is sent (the run then reports what it measured)",
+    )
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--n-predict", type=int, default=N_PREDICT)
-    p.add_argument("--sampling", choices=("greedy", "llama.vim"), default="greedy",
-                   help="greedy: every server writes the same text; llama.vim: the plugin's own sampling "
-                        "(top-k 40, top-p 0.9, llama.cpp's infill sampler, which lookahead does not apply)")
+    p.add_argument(
+        "--sampling",
+        choices=("greedy", "llama.vim"),
+        default="greedy",
+        help="greedy: every server writes the same text; llama.vim: the plugin's own sampling "
+        "(top-k 40, top-p 0.9, llama.cpp's infill sampler, which lookahead does not apply)",
+    )
     p.add_argument("--budget-ms", type=int, default=BUDGET_MS, help="t_max_predict_ms")
     p.add_argument("--threads", type=int, default=0, help="threads for every server (0: every usable CPU)")
     p.add_argument("--ctx-size", type=int, default=8192)
@@ -369,8 +434,20 @@ def main(argv: list[str] | None = None) -> None:
             for srv in servers:
                 srv.wait_ready(600)
                 # burn-in, not measured: a short first request (lookahead calibrates its cost curve here)
-                ask(srv, {"input_prefix": "def add(a, b):\n", "input_suffix": "\n", "prompt": "    ",
-                          "n_predict": 8, "temperature": 0.0, "stream": True, "return_tokens": True}, 0, 1.0)
+                ask(
+                    srv,
+                    {
+                        "input_prefix": "def add(a, b):\n",
+                        "input_suffix": "\n",
+                        "prompt": "    ",
+                        "n_predict": 8,
+                        "temperature": 0.0,
+                        "stream": True,
+                        "return_tokens": True,
+                    },
+                    0,
+                    1.0,
+                )
                 log(f"{srv.name} ready")
             records, cut = run(servers, plan, args, log, t_start + args.time_limit)
         finally:
@@ -389,6 +466,7 @@ def main(argv: list[str] | None = None) -> None:
         "cut_by_time_limit": cut,
         "wall_s": round(time.monotonic() - t_start, 1),
         "summary": summarize(records, names, args.repeats),
+        "paired": paired(records, names),
         "records": [asdict(r) for r in records],
     }
     path = args.out or RESULTS / f"editing-{commit}"

@@ -57,7 +57,12 @@ class Session:
 
 
 def pauses(
-    lines: list[str], start: int, n_lines: int, *, pause_chars: int = 12, n_prefix: int = N_PREFIX,
+    lines: list[str],
+    start: int,
+    n_lines: int,
+    *,
+    pause_chars: int = 12,
+    n_prefix: int = N_PREFIX,
     n_suffix: int = N_SUFFIX,
 ) -> list[Pause]:
     """The pauses while lines[start:start + n_lines] are typed back, character by character."""
@@ -122,15 +127,23 @@ def body_start(lines: list[str], min_line: int = 40) -> int:
 
 
 def session(
-    path: Path, root: Path, neighbours: list[Path], *, n_lines: int, n_extra: int, pause_chars: int,
-    n_prefix: int = N_PREFIX, n_suffix: int = N_SUFFIX,
+    path: Path,
+    root: Path,
+    neighbours: list[Path],
+    *,
+    n_lines: int,
+    n_extra: int,
+    pause_chars: int,
+    n_prefix: int = N_PREFIX,
+    n_suffix: int = N_SUFFIX,
+    label: str = "",
 ) -> Session:
     """The session of typing `n_lines` lines into the first function body of `path` past its
     40th line, with chunks of `neighbours` as the other files."""
     lines = path.read_text().splitlines()
     start = body_start(lines)
     return Session(
-        name=str(path.relative_to(root)),
+        name=label + str(path.relative_to(root)),
         start=start,
         typed="\n".join(lines[start : start + n_lines]),
         extra=chunks(neighbours, root, n_extra),
@@ -138,8 +151,9 @@ def session(
     )
 
 
-def infill_body(s: Session, p: Pause, *, n_predict: int = N_PREDICT, budget_ms: int = BUDGET_MS,
-                seed: int = 0, greedy: bool = False) -> dict[str, Any]:
+def infill_body(
+    s: Session, p: Pause, *, n_predict: int = N_PREDICT, budget_ms: int = BUDGET_MS, seed: int = 0, greedy: bool = False
+) -> dict[str, Any]:
     """llama.vim's suggestion request at this pause. Three changes, for measuring: `stream`
     (to time the first token and each one after it; the server's work is the same),
     `return_tokens` (to count them), `seed` (the same draw on every server and repeat); and no

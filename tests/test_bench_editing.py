@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench.editing import Record, markdown, summarize
+import pytest
+
+from bench.editing import Record, markdown, paired, parse, sessions, summarize
 from bench.editing_session import body_start, infill_body, pauses, session, warm_up_body
 from tests.test_infill import LLAMA_VIM, LLAMA_VIM_WARMUP
 
@@ -77,7 +79,33 @@ def test_the_summary_and_its_table() -> None:
         "settings": {"threads": 2, "repeats": 1, "sampling": "greedy", "n_predict": 128, "budget_ms": 1000,
                      "prefix_lines": 128, "suffix_lines": 16, "time_limit": 420},
         "sessions": [{"name": "f.py", "start": 0, "pauses": 1}], "requests_per_server": 2,
-        "cut_by_time_limit": True, "summary": summary,
+        "cut_by_time_limit": True, "summary": summary, "paired": paired(records, ["lookahead", "server_plain"]),
     }  # fmt: skip
     md = markdown(out)
     assert "CPU X (2 usable CPUs, 2 threads)" in md and "| lookahead | 100 |" in md and "time limit" in md
+    assert "| lookahead / server_plain | 1 | 0.67 |" in md
+
+
+def test_servers_compare_request_by_request() -> None:
+    def rec(server: str, pause: int, total: float, content: str = "x") -> Record:
+        return Record(server, 0, "f.py", pause, total / 2, total, 10, 8, 100, 0, 0, 0, content)
+
+    # lookahead faster on two of three requests, much slower on the third: the median of the
+    # per-request ratios says faster, where the difference of the two medians would not
+    records = [rec("lookahead", 0, 1.0), rec("lookahead", 1, 1.0), rec("lookahead", 2, 9.0, "y"),
+               rec("server_plain", 0, 2.0), rec("server_plain", 1, 1.25), rec("server_plain", 2, 1.0),
+               rec("server_ngram_simple", 0, 1.0)]  # fmt: skip
+    got = paired(records, ["lookahead", "server_plain", "server_ngram_simple"])
+    plain = got["lookahead / server_plain"]
+    assert plain["pairs"] == 3 and plain["complete_ratio_median"] == 0.8 and plain["same_text"] == 2
+    assert got["lookahead / server_ngram_simple"]["pairs"] == 1  # only the pause both answered
+    assert paired(records, ["server_plain"]) == {}
+
+
+def test_a_session_in_the_standard_library() -> None:
+    args = parse(["--files", "stdlib:json/decoder.py", "--sessions", "1"])
+    (s,) = sessions(args.files.split(","), args)
+    assert s.name == "stdlib:json/decoder.py" and s.pauses
+    assert all(not c["filename"].startswith("/") for c in s.extra)  # named inside the library
+    with pytest.raises(SystemExit, match="standard library"):
+        sessions(["stdlib:no/such.py"], args)

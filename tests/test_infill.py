@@ -266,3 +266,11 @@ def test_a_warm_up_request_fills_the_cache_for_the_next_suggestion(server: Runni
     assert body["tokens_evaluated"] == len(real)
     assert body["tokens_cached"] == shared
     assert body["timings"]["prompt_n"] == len(real) - shared
+
+
+def test_a_grammar_shapes_every_completion_of_an_infill(server: Running) -> None:
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 8, "temperature": 0,
+            "grammar": 'root ::= "x"{3,3}', "n_cmpl": 2}
+    r = post(server, "/infill", body)
+    assert r.status_code == 200, r.text
+    assert [a["content"] for a in r.json()] == ["xxx", "xxx"]  # each completion its own grammar state

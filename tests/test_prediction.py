@@ -65,3 +65,15 @@ def test_the_end_of_the_prediction_drafts_nothing() -> None:
     index.observe([0])
     index.observe([5, 6])
     assert drafted(index) == []
+
+
+def test_unaligned_text_is_drafted_only_once_the_output_meets_it() -> None:
+    # a completion's suffix: the output ends where it begins, so its first tokens are not
+    # the output's first
+    index = PredictionIndex(PRED, aligned=False)
+    index.observe([1, 2, 3])  # the prompt
+    assert drafted(index) == []
+    index.observe([100])  # one shared token is not yet a meeting
+    assert drafted(index) == []
+    index.observe([101])
+    assert drafted(index, 3) == [102, 103, 104]

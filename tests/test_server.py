@@ -294,7 +294,7 @@ def _post(server: Running, path: str, body: Any, key: str | None = KEY_A, raw: b
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 99}, "top_logprobs"),
         (
             "/v1/chat/completions",
-            {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+            {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "sound"}},
             "response_format",
         ),
         ("/v1/completions", {"prompt": ""}, "empty"),

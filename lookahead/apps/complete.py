@@ -243,7 +243,7 @@ def stream_completion(
     # occurrence its estimate (1/(1 + 12/agreement)) stays low, so its drafts stay short.
     sources: list[DraftSource] = []
     if prompt.suffix_tokens:
-        sources.append(PredictionIndex(prompt.suffix_tokens))
+        sources.append(PredictionIndex(prompt.suffix_tokens, aligned=False))
     if context is not None:
         sources.append(context.fresh())
     events = model.stream(

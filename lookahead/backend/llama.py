@@ -1,4 +1,4 @@
-"""llama.cpp backend: the ONLY module that imports `llama_cpp`.
+"""llama.cpp backend: with `grammar.py` (constrained output), the only module that imports `llama_cpp`.
 
 It loads a GGUF through the low-level API, tokenizes, and decodes batches: `KVContext` is a
 llama.cpp context with the few calls the KV cache manager needs (decode, the

@@ -36,6 +36,7 @@ from lookahead.core.draft import Draft
 from lookahead.core.policy import Offer, Policy
 from lookahead.core.request import Done, Drafter, Event, GenerationConfig, Request, Result, check_prompt
 from lookahead.core.tokens import TokenArray
+from lookahead.errors import UserError
 
 # Prompt tokens a joining request decodes per step: large enough that prefill runs near the
 # batched speed, small enough that the others wait about one more step for it.
@@ -134,9 +135,10 @@ class Batch:
     `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
     whole batch); `budget` the most draft nodes per step. `after_verify(size, seconds)`, if
     set, is told every batched verify (the thread governor, `lookahead.tuning.threads.BatchThreads`).
-    With `isolate` set (a service), an exception while one request drafts ends that request
-    alone: it is cancelled and listed in `failed` (read and cleared by the caller), and the
-    step goes on for the others; otherwise it propagates, as every other error of a step.
+    With `isolate` set (a service), an exception while one request drafts, or a UserError
+    while it accepts (its grammar leaves no token), ends that request alone: it is cancelled
+    and listed in `failed` (read and cleared by the caller), and the step goes on for the
+    others; otherwise it propagates, as every other error of a step.
     """
 
     def __init__(
@@ -308,7 +310,14 @@ class Batch:
         info.verified = [r.id for r in ready]
         events: list[tuple[BatchRequest, Event]] = []
         for req, draft, r in zip(ready, drafts, rows, strict=True):
-            events.extend(self._accept(req, draft, r, t2 - t1, (t1 - t0) / len(ready)))
+            try:
+                events.extend(self._accept(req, draft, r, t2 - t1, (t1 - t0) / len(ready)))
+            except UserError as exc:  # its own input (a grammar that leaves no token to write)
+                if not self.isolate:
+                    raise
+                req.cache_prompt = False  # the verify's cells were not committed: clear the slot
+                self.cancel(req)
+                self.failed.append((req, exc))
         return events
 
     def _accept(

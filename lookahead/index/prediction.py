@@ -14,6 +14,13 @@ prediction:
   until one is;
 - `propose` offers the prediction from the cursor on, one chain.
 
+Text that the output only runs into, rather than starts with (the code after the cursor, for a
+completion: the middle ends where the suffix begins, and rarely begins with it), is indexed
+with `aligned=False`: the cursor starts lost, so nothing is drafted until the output meets
+the text on 2 to 8 tokens. Drafting the suffix's first tokens at the first step, with the
+confidence of an aligned prediction, spent a long verify on the first token of nearly every
+editor request (its time to first token) and was almost never accepted.
+
 Its estimate grows with the run of agreement: a fresh alignment after an edit is less
 certain than a copy that has held for a dozen tokens. The controller calibrates this
 source on its own (SOURCE_PREDICTION), so the numbers are only a start.
@@ -40,8 +47,11 @@ RUN_FULL = 12  # run length at which the estimate reaches Q_HELD
 class PredictionIndex:
     source = SOURCE_PREDICTION
 
-    def __init__(self, prediction: Sequence[int]) -> None:
+    def __init__(self, prediction: Sequence[int], aligned: bool = True) -> None:
+        """`aligned`: the output is expected to start where `prediction` starts (OpenAI's
+        Predicted Outputs); False: only where the output meets it (a completion's suffix)."""
         self.prediction = int_list(prediction)
+        self.aligned = aligned
         # n-gram -> the positions right after each of its occurrences, in order
         self._after: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in RESYNC_ORDERS}
         p = self.prediction
@@ -58,7 +68,7 @@ class PredictionIndex:
     def observe(self, tokens: Iterable[int]) -> None:
         if not self._started:
             self._started = True
-            self.cursor, self.run = 0, 0
+            self.cursor, self.run = (0 if self.aligned else None), 0
             return
         p = self.prediction
         for t in int_list(tokens):

@@ -150,7 +150,8 @@ class BatchWorker(WorkerBase):
             self._gauges()
             return
         for req, error in self.batch.failed:  # already cancelled by the batch
-            log.error("drafting failed for one request", exc_info=error)
+            if not isinstance(error, LookaheadError):  # a bug, not the request's own input
+                log.error("drafting failed for one request", exc_info=error)
             failed = self._jobs.get(req.id)
             if failed is not None:
                 failed.emit(error)

@@ -58,7 +58,7 @@ def fim_tokens_and_sources(
         raise APIError(400, str(exc), param="model", code="fim_not_supported") from exc
     sources: list[DraftSource] = []
     if fim.suffix_tokens:
-        sources.append(PredictionIndex(fim.suffix_tokens))
+        sources.append(PredictionIndex(fim.suffix_tokens, aligned=False))
     before = model.backend.tokenize(prefix + prompt, add_special=False)
     corpus = code_corpus([before, *fim.extra_tokens])
     if corpus is not None:

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lookahead.core.engine import Stats
 from lookahead.server import errors
+from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job
@@ -177,6 +178,8 @@ async def answer(
             for b in answers
         ]
 
+    # 400 for an invalid grammar or schema; parsed off the event loop (a schema's can be long)
+    constraint = await run_in_threadpool(request_constraint, model, body.grammar, body.json_schema)
     prepared = await run_in_threadpool(prepare_all)
     first = prepared[0]
     prompt_texts = [await run_in_threadpool(text_of, model, p.tokens, True) for p in prepared]
@@ -202,8 +205,8 @@ async def answer(
     loop = asyncio.get_running_loop()
     jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
     bias = model_bias(model, body.logit_bias)
-    for job in jobs if bias else []:
-        job.sampling = replace(job.sampling, logit_bias=bias)
+    for job in jobs if bias or constraint else []:
+        job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
     for job in jobs:
         submit(service, job)
 

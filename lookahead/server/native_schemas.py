@@ -5,8 +5,9 @@ UI and test suite) can talk to this service unchanged.
 Fields llama.cpp has and this service does not act on are accepted and ignored when
 ignoring them does not change the text a client gets (`t_max_prompt_ms`, which llama.cpp
 itself does not implement; `cache_prompt`, `id_slot`, `n_keep`, ...); the few that would
-change it and are not implemented (`grammar`, `json_schema`) are a 400 naming the field.
-`logit_bias` is read with the model's tokenizer (`logit_bias.py`).
+change it and are not implemented are a 400 naming the field. `logit_bias` is read with
+the model's tokenizer (`logit_bias.py`); `grammar` and `json_schema` constrain the output
+(`constrained.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, m
 
 from lookahead.core.sampling import SamplingConfig
 from lookahead.server.schemas import LookaheadOptions
+from lookahead.server.unsupported import refuse_unsupported
 
 # llama.cpp's sampling defaults (common_params_sampling)
 DEFAULT_TEMPERATURE = 0.8
@@ -30,10 +32,6 @@ MAX_COMPLETIONS = 4  # n_cmpl: llama.cpp allows up to its slot count, 4 by defau
 # llama.cpp's names (`infill`, `dry`, `typ_p`, `xtc`, `top_n_sigma`, ...) are accepted and
 # skipped, as llama.cpp skips names it does not know.
 KNOWN_SAMPLERS = {"top_k", "top_p", "min_p", "temperature", "penalties"}
-
-
-def _unsupported(field: str, why: str) -> ValueError:
-    return ValueError(f"{field} is not supported by this server ({why}); leave it out")
 
 
 class NativeRequest(BaseModel):
@@ -66,16 +64,12 @@ class NativeRequest(BaseModel):
     n_probs: int = Field(default=0, ge=0)  # completion_probabilities: the n most likely tokens at each
     post_sampling_probs: bool = False  # ... of the distribution drawn from, not the model's
     logit_bias: Any = None  # read with the model's tokenizer: `logit_bias.py`
-    grammar: str | None = None
-    json_schema: Any = None
+    grammar: str | None = None  # GBNF rules the output must follow (`constrained.py`)
+    json_schema: Any = None  # ... or a JSON schema it must fit
+    grammar_lazy: Any = None  # a grammar applied from a trigger on: not implemented (400)
     lookahead: LookaheadOptions | None = None
 
-    @field_validator("grammar", "json_schema")
-    @classmethod
-    def _no_grammar(cls, v: Any) -> Any:
-        if v:
-            raise _unsupported("grammar and json_schema", "no constrained decoding")
-        return v
+    _refuse = field_validator("grammar_lazy")(refuse_unsupported)
 
     @model_validator(mode="after")
     def _alias_limits(self) -> NativeRequest:

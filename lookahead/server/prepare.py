@@ -22,6 +22,7 @@ from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
+from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, QueueFull, ShuttingDown
 from lookahead.server.logit_bias import model_bias
@@ -97,6 +98,7 @@ def prepare(
             seed=body.seed,
             logit_bias=bias,
             n_probs=body.n_probs(),
+            constraint=request_constraint(model, body.grammar, body.json_schema, body.response_format),
         )
         draft = draft_config(config.draft, body)
     except UserError as exc:

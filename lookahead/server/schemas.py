@@ -3,7 +3,7 @@
 Pydantic validates types and ranges; what it rejects becomes an OpenAI-style 400 (see
 `errors.py`). Fields OpenAI has and we do not act on (`user`, ...) are accepted and
 ignored, as OpenAI's own clients send some of them by default; those whose absence would
-change the answer (`response_format`, `tools`, `logprobs`, ...) are a 400 naming them.
+change the answer (`tools`, `functions`, `best_of`) are a 400 naming them.
 """
 
 from __future__ import annotations
@@ -62,9 +62,14 @@ class _Common(BaseModel):
     # prompt shares with an earlier one (a chat's next turn shares its history)
     cache_prompt: bool = True
     logit_bias: Any = None  # token id (or text) -> bias, read with the model's tokenizer (`logit_bias.py`)
+    # constrained output (`constrained.py`): OpenAI's response_format, llama-server's grammar
+    # (GBNF) and json_schema; one of them per request
+    response_format: Any = None
+    grammar: Any = None
+    json_schema: Any = None
+    grammar_lazy: Any = None  # llama.cpp's grammar applied from a trigger on: not implemented
     # OpenAI fields this service does not implement, where ignoring them would change what
     # the client gets: a 400 naming the field (`unsupported.py`)
-    response_format: Any = None
     tools: Any = None
     functions: Any = None
     # chat: `logprobs` true and `top_logprobs` 0-20; /v1/completions: `logprobs` 0-5 (the count)
@@ -73,7 +78,7 @@ class _Common(BaseModel):
     best_of: Any = None
     verbose: bool = False  # llama-server's: add `__verbose`, the answer in its own API's shape
 
-    _refuse = field_validator("response_format", "tools", "functions", "best_of")(refuse_unsupported)
+    _refuse = field_validator("tools", "functions", "best_of", "grammar_lazy")(refuse_unsupported)
 
     @field_validator("logprobs")
     @classmethod

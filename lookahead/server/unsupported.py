@@ -1,9 +1,8 @@
 """OpenAI request fields this service does not implement, refused by name.
 
-Ignoring them would hand the client something other than what it asked for (free text
-where it asked for JSON, no tool call where it offered tools), so a request that sets one
-gets a 400 naming the field. Values that ask for nothing (null, false, 0, an empty list,
-`{"type": "text"}`, `best_of: 1`) pass.
+Ignoring them would hand the client something other than what it asked for (no tool call
+where it offered tools), so a request that sets one gets a 400 naming the field. Values
+that ask for nothing (null, false, 0, an empty list, `best_of: 1`) pass.
 """
 
 from __future__ import annotations
@@ -13,10 +12,10 @@ from typing import Any
 from pydantic import ValidationInfo
 
 WHY = {
-    "response_format": "no structured output: the reply is free text",
     "tools": "no tool calls",
     "functions": "no function calls",
     "best_of": "one completion per request",
+    "grammar_lazy": "a grammar applies from the first token",
 }
 
 
@@ -24,8 +23,6 @@ def asks_nothing(field: str, value: Any) -> bool:
     """Whether `value` leaves the field's feature off."""
     if value is None or value is False or value == 0 or value == [] or value == {}:
         return True
-    if field == "response_format" and isinstance(value, dict):
-        return value.get("type") == "text"
     return field == "best_of" and value == 1
 
 
