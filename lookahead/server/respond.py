@@ -24,6 +24,7 @@ from lookahead.server.prepare import admission, prepare
 from lookahead.server.schemas import _Common
 from lookahead.server.service import Service
 from lookahead.server.shape import Shape
+from lookahead.server.verbose import verbose_of
 
 
 async def serve(
@@ -37,9 +38,9 @@ async def serve(
     with admission():
         service.worker.submit(job)
     assert service.model is not None
-    shape = Shape(
-        chat, service.config.model_id, body, len(job.tokens), job.predicted, service.model.backend.token_bytes
-    )
+    model_id = service.config.model_id
+    verbose = verbose_of(service.model, model_id, body, job.tokens) if body.verbose else None
+    shape = Shape(chat, model_id, body, len(job.tokens), job.predicted, service.model.backend.token_bytes, verbose)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
@@ -120,7 +121,10 @@ async def sse(
                 yield {"data": json.dumps(shape.chunk(item.text, None, first, pending))}
                 first, pending = False, []
             elif isinstance(item, Done):
-                yield {"data": json.dumps(shape.chunk("", item.result.finish_reason, first))}
+                last = shape.chunk("", item.result.finish_reason, first)
+                if shape.verbose is not None:  # on the finishing chunk, as llama-server sends it
+                    last["__verbose"] = await run_in_threadpool(shape.verbose, item.result)
+                yield {"data": json.dumps(last)}
                 if include_usage:
                     usage = await run_in_threadpool(shape.usage_chunk, item.result)
                     yield {"data": json.dumps(usage)}

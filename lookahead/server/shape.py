@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lookahead.core.engine import Result
@@ -28,8 +28,10 @@ class Shape:
         prompt_tokens: int,
         predicted: Sequence[int] | None = None,
         piece: Piece | None = None,  # a token's bytes: for `logprobs`
+        verbose: Callable[[Result], dict[str, Any]] | None = None,  # `__verbose`, when asked for
     ) -> None:
         self.piece = piece
+        self.verbose = verbose
         self.chat = chat
         self.predicted = predicted  # the prediction's tokens, when the request sent one
         self.model = model_id
@@ -96,6 +98,8 @@ class Shape:
         out["usage"] = self.usage(result)
         out["lookahead"] = self.stats(result)
         out["timings"] = self.timings(result)
+        if self.verbose is not None:
+            out["__verbose"] = self.verbose(result)
         return out
 
     def chunk(self, text: str, finish: str | None, first: bool, probs: Sequence[TokenProbs] = ()) -> dict[str, Any]:
