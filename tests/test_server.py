@@ -65,9 +65,11 @@ def pinned_loader(path: Path, cache: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def server(smol_path: Path) -> Iterator[Running]:
+def server(smol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    # the pinned curve: how much a prediction is drafted must not depend on how busy the
+    # machine was when its curve was measured
     config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY_A, KEY_B), max_body_bytes=64 << 10)
-    with serving(config, loader(smol_path)) as running:
+    with serving(config, pinned_loader(smol_path, tmp_path_factory.mktemp("costs"))) as running:
         yield running
 
 

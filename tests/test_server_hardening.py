@@ -172,12 +172,11 @@ def test_the_queue_is_checked_before_a_prediction_is_indexed(
 
 
 def test_a_chat_template_error_is_a_400_naming_it(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = server.service.model
+    from lookahead.models.chat_template import ChatTemplate
 
-    def refuses(*args: Any, **kwargs: Any) -> Any:
-        raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
-
-    monkeypatch.setattr(model, "prompt_tokens", refuses)
+    # a template that refuses the conversation, as Mistral's and Llama 2's do two user turns in a row
+    refuses = ChatTemplate("{{ raise_exception('Conversation roles must alternate user/assistant/...') }}")
+    monkeypatch.setattr(server.service.chat, "_template", refuses)
     body = {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "max_tokens": 2}
     err = openai_error(post(server, "/v1/chat/completions", body), 400)
     assert "roles must alternate" in err["message"] and err["param"] == "messages"

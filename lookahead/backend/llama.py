@@ -27,6 +27,7 @@ from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, Interrupted
+from lookahead.models.chat_template import ChatTemplate
 
 _LOG_KEEP = 20
 _log_lines: list[str] = []
@@ -211,23 +212,28 @@ class LlamaVocab:
         n = ll.llama_token_to_piece(self._vocab, token, buf, 256, 0, True)
         return buf.raw[: max(n, 0)].decode("utf-8", "replace")
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Tokens of `messages` rendered with the model's own chat template (GGUF metadata)."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        template = self.meta("tokenizer.chat_template")
-        if not template:
+    def chat_template(self, source: str | None = None) -> ChatTemplate:
+        """`source` (default: the model's own template, from its GGUF metadata), compiled
+        with this vocabulary's BOS and EOS text, which templates write themselves."""
+        source = source or self.meta("tokenizer.chat_template")
+        if not source:
             raise BackendError("this model has no chat template in its GGUF metadata")
-        bos = ll.llama_vocab_bos(self._vocab)
-        eos = ll.llama_vocab_eos(self._vocab)
-        bos_text = self.special_text(bos) if bos >= 0 else ""
-        eos_text = self.special_text(eos) if eos >= 0 else ""
-        fmt = Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=bos_text)
-        text = fmt(messages=list(messages)).prompt  # type: ignore[arg-type]
+        ids = ll.llama_vocab_bos(self._vocab), ll.llama_vocab_eos(self._vocab)
+        bos, eos = (self.special_text(t) if t >= 0 else "" for t in ids)
+        return ChatTemplate(source, bos, eos)
+
+    def chat_tokens(self, text: str) -> list[int]:
+        """Tokens of a rendered chat prompt: its special tokens read as such, and BOS first
+        when the model wants one and the template did not write it."""
         tokens = self.tokenize(text, add_special=False, parse_special=True)
+        bos = ll.llama_vocab_bos(self._vocab)
         if ll.llama_vocab_get_add_bos(self._vocab) and bos >= 0 and (not tokens or tokens[0] != bos):
             tokens.insert(0, bos)
         return tokens
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Tokens of `messages` rendered with the model's own chat template (GGUF metadata)."""
+        return self.chat_tokens(self.chat_template().render(messages))
 
     def fingerprint(self) -> str:
         """A short id of the tokenizer (for caches keyed by tokenization)."""

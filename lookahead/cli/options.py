@@ -23,6 +23,7 @@ from typer.core import TyperGroup
 from lookahead.backend.llama import BackendConfig
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.sampling import SamplingConfig
+from lookahead.models.chat_formats import BUILTIN
 
 SAMPLING = SamplingConfig()  # the sampling defaults every command shows
 DRAFT = DraftConfig()  # the drafting defaults
@@ -261,6 +262,25 @@ CorsOriginsOption = Annotated[
         "--cors-origins",
         help="Comma-separated origins browser pages may call from: '*' any, 'localhost' pages on this "
         "machine, or exact origins such as https://app.example.com.",
+    ),
+]
+ChatTemplateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--chat-template",
+        help=f"The chat template for chat requests [default: the model's own]: a name ({', '.join(BUILTIN)}) "
+        "or a Jinja template's text.",
+    ),
+]
+ChatTemplateFileOption = Annotated[
+    Path | None, typer.Option("--chat-template-file", help="Read the chat template (Jinja) from this file.")
+]
+JinjaOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--jinja/--no-jinja",
+        help="How --chat-template is read [default: a known name is that template, else Jinja]: --jinja "
+        "always as Jinja (chatml aside), --no-jinja as a name only.",
     ),
 ]
 

@@ -132,6 +132,7 @@ def run_serve(
     defaults: RequestDefaults | None = None,
     cors_origins: str = "*",
     slots_endpoint: bool = True,
+    chat_template: str | None = None,
 ) -> int:
     import uvicorn
 
@@ -186,6 +187,7 @@ def run_serve(
         defaults=defaults or RequestDefaults(),
         cors_origins=origins,
         slots_endpoint=slots_endpoint,
+        chat_template=chat_template,
     )
     if index_file is not None and not config.remembers:
         err.print(

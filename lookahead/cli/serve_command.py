@@ -14,12 +14,15 @@ from lookahead.cli.options import (
     DRAFT,
     AliasOption,
     BudgetOption,
+    ChatTemplateFileOption,
+    ChatTemplateOption,
     CorsOriginsOption,
     CtxSizeOption,
     FairnessSlackOption,
     FairOption,
     GracePeriodOption,
     IndexScopeOption,
+    JinjaOption,
     KMaxOption,
     KvUnifiedOption,
     ModelOption,
@@ -78,9 +81,13 @@ def serve(
     n_predict: ServeNPredictOption = None,
     cors_origins: CorsOriginsOption = "*",
     slots: SlotsOption = True,
+    chat_template: ChatTemplateOption = None,
+    chat_template_file: ChatTemplateFileOption = None,
+    jinja: JinjaOption = None,
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models,
-    /health, /metrics) that keeps one model warm and drafts from what it has seen.
+    /health, /metrics, and llama-server's routes) that keeps one model warm and drafts from
+    what it has seen.
 
     Example: lookahead serve --port 8000, then
     curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -90,6 +97,7 @@ def serve(
 
     require("serve", "serve")  # before anything imports the service's packages
     from lookahead.cli.serve_cmd import read_keys, run_serve, serve_draft
+    from lookahead.models.chat_template import template_source
     from lookahead.server.request_defaults import from_options
 
     with handled():
@@ -119,4 +127,5 @@ def serve(
             defaults=from_options(temp, seed, n_predict),
             cors_origins=cors_origins,
             slots_endpoint=slots,
+            chat_template=template_source(chat_template, chat_template_file, jinja),
         )

@@ -12,6 +12,7 @@ loaded; `lookahead serve` passes one that loads by name.
 The rooms, one job each: `config.py` (ServeConfig), `service.py` (the loaded model, its
 worker, memory, metrics), `deps.py` (key check, readiness), `prepare.py` (a request's checks
 and its Job), `respond.py` (queue, wait, SSE), `shape.py` (OpenAI's response bodies),
+`chat.py` (messages to a prompt through the chat template), `verbose.py` (`__verbose`),
 `limits.py` (the body limit), `errors.py` (OpenAI's error shape), `jobs.py` / `worker.py` /
 `batch_worker.py` (the generation thread). Routes live in `routes_*.py`, one `APIRouter`
 per area: a new area adds its module and one `include_router` line below.
@@ -26,7 +27,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from lookahead.api import Model
-from lookahead.server import compat, errors, native_routes, replica, routes_openai, routes_ops
+from lookahead.server import compat, errors, native_routes, replica, routes_openai, routes_ops, routes_template
 from lookahead.server.config import ServeConfig
 from lookahead.server.limits import BodyLimit
 from lookahead.server.service import Service
@@ -53,5 +54,6 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.include_router(routes_ops.router)
     app.include_router(routes_openai.router)
     app.include_router(native_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
+    app.include_router(routes_template.router)  # /apply-template, /v1/chat/completions/input_tokens
     compat.install(app, config.cors_origins)  # the OpenAI routes without /v1, CORS
     return app

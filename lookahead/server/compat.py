@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # it is here: see native_routes.)
 UNPREFIXED = {
     "/chat/completions": "/v1/chat/completions",
+    "/chat/completions/input_tokens": "/v1/chat/completions/input_tokens",
     "/models": "/v1/models",
 }
 

@@ -46,6 +46,8 @@ class ServeConfig:
     # this machine, else the exact origins listed (`compat.Cors`)
     cors_origins: tuple[str, ...] = ("*",)
     slots_endpoint: bool = True  # GET /slots (off: 501, as llama-server with --no-slots)
+    # the chat template's Jinja source (--chat-template, resolved at the edge); None: the model's own
+    chat_template: str | None = None
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

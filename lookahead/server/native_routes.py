@@ -38,7 +38,7 @@ from lookahead.server.native_schemas import (
     NativeRequest,
     TokenizeRequest,
 )
-from lookahead.server.native_shape import NativeShape, Outcome, pick_fields
+from lookahead.server.native_shape import NativeShape, Outcome, pick_fields, text_of
 from lookahead.server.prepare import admission
 from lookahead.server.service import Service
 
@@ -99,7 +99,7 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
         "endpoint_slots": svc.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
-        "chat_template": model.backend.meta("tokenizer.chat_template") or "",
+        "chat_template": svc.config.chat_template or model.backend.meta("tokenizer.chat_template") or "",
         "bos_token": "",
         "eos_token": "",
         "build_info": "lookahead",
@@ -132,18 +132,6 @@ def worker_of(service: Service) -> Any:
 
 def slot_count(service: Service) -> int:
     return int(worker_of(service).capacity)
-
-
-def text_of(model: Any, tokens: list[int], special: bool = False) -> str:
-    """The tokens' text; `special`: with control tokens written out (<|fim_prefix|>, ...), as
-    llama.cpp writes a prompt it echoes and `/detokenize`'s answer."""
-    backend = model.backend
-
-    def piece(t: int) -> bytes:
-        raw: bytes = backend.token_bytes(t)
-        return raw if raw or not special else backend.special_text(t).encode("utf-8")
-
-    return b"".join(piece(t) for t in tokens).decode("utf-8", "replace")
 
 
 def settings(body: NativeRequest) -> dict[str, Any]:

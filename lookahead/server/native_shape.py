@@ -93,6 +93,18 @@ def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
     }
 
 
+def text_of(model: Any, tokens: list[int], special: bool = False) -> str:
+    """The tokens' text; `special`: with control tokens written out (<|fim_prefix|>, ...), as
+    llama.cpp writes a prompt it echoes and `/detokenize`'s answer."""
+    backend = model.backend
+
+    def piece(t: int) -> bytes:
+        raw: bytes = backend.token_bytes(t)
+        return raw if raw or not special else backend.special_text(t).encode("utf-8")
+
+    return b"".join(piece(t) for t in tokens).decode("utf-8", "replace")
+
+
 def pick_fields(body: dict[str, Any], paths: Sequence[str] | None) -> dict[str, Any]:
     """The fields `paths` names, as llama.cpp's `response_fields` picks them; a path that
     names nothing is left out without error. None or empty: the whole body."""

@@ -60,7 +60,8 @@ def prepare(
     own_sources: list[DraftSource] = []
     try:
         if isinstance(body, ChatCompletionRequest):
-            tokens = model.prompt_tokens(body.as_messages(), chat=True)
+            assert service.chat is not None
+            tokens = service.chat.tokens(body)  # APIError 400 for what the template cannot render
             wanted = body.limit()
         else:
             assert isinstance(body, CompletionRequest)

@@ -79,6 +79,7 @@ class _Common(BaseModel):
     logprobs: bool | int | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     best_of: Any = None
+    verbose: bool = False  # llama-server's: add `__verbose`, the answer in its own API's shape
 
     _refuse = field_validator("tools", "functions", "best_of", "grammar_lazy")(refuse_unsupported)
 
@@ -154,15 +155,28 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class ChatCompletionRequest(_Common):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)  # None: until the context is full
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+class ChatInput(BaseModel):
+    """A conversation and how the chat template turns it into a prompt (chat completions,
+    `/apply-template`, `/v1/chat/completions/input_tokens`)."""
 
-    def limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
+    model_config = ConfigDict(extra="ignore")
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    # the opening of the assistant's turn after the messages (llama-server's and vLLM's field)
+    add_generation_prompt: bool = True
+    # go on writing the last (assistant) message instead of opening a new turn (vLLM's field);
+    # None: do so whenever the messages end with the assistant's (llama-server's prefill)
+    continue_final_message: bool | None = None
 
     def as_messages(self) -> list[dict[str, str]]:
         # the template knows system/user/assistant; a developer message is a system one
         role = {"developer": "system"}
         return [{"role": role.get(m.role, m.role), "content": m.text()} for m in self.messages]
+
+
+class ChatCompletionRequest(_Common, ChatInput):
+    max_tokens: int | None = Field(default=None, ge=1)  # None: until the context is full
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    def limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from lookahead.api import Model
 from lookahead.errors import LookaheadError
 from lookahead.server.batch_worker import BatchWorker
+from lookahead.server.chat import ChatPrompts
 from lookahead.server.config import ServeConfig
 from lookahead.server.memory import SharedIndex
 from lookahead.server.metrics import Metrics
@@ -28,6 +29,7 @@ class Service:
         self.model: Model | None = None
         self.worker: Worker | BatchWorker | None = None
         self.memory: SharedIndex | None = None
+        self.chat: ChatPrompts | None = None  # chat messages to prompts, once the model is loaded
         self.load_error: str | None = None
         self.ready = threading.Event()
         self.on_fatal: Callable[[str], None] | None = None
@@ -57,6 +59,7 @@ class Service:
                 )
             else:
                 self.worker = Worker(model, self.metrics, self.config.max_queue)
+            self.chat = ChatPrompts(model.backend, self.config.chat_template)
             self.model = model
             self.ready.set()
             log.info("model %s ready", self.config.model_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lookahead.core.engine import Result
@@ -31,8 +31,10 @@ class Shape:
         prompt_tokens: int,
         predicted: Sequence[int] | None = None,
         piece: Piece | None = None,  # a token's bytes: for `logprobs`
+        verbose: Callable[[Result], dict[str, Any]] | None = None,  # `__verbose`, when asked for
     ) -> None:
         self.piece = piece
+        self.verbose = verbose
         self.chat = chat
         self.predicted = predicted  # the prediction's tokens, when the request sent one
         self.model = model_id
@@ -90,6 +92,7 @@ class Shape:
                 "logprobs": self.logprobs(result.probs),
                 "finish_reason": result.finish_reason,
             }
+<<<<<<< HEAD
         text = result.text
         if isinstance(self.body, CompletionRequest) and self.body.echo:
             text = self.body.text() + text
@@ -102,6 +105,22 @@ class Shape:
         out["usage"] = self.usage(results)
         out["lookahead"] = self.stats(results)
         out["timings"] = self.timings(results)
+=======
+            out = self._head("chat.completion")
+        else:
+            text = result.text
+            if isinstance(self.body, CompletionRequest) and self.body.echo:
+                text = self.body.text() + text
+            logprobs = self.logprobs(result.probs, len(text) - len(result.text))
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": result.finish_reason}
+            out = self._head("text_completion")
+        out["choices"] = [choice]
+        out["usage"] = self.usage(result)
+        out["lookahead"] = self.stats(result)
+        out["timings"] = self.timings(result)
+        if self.verbose is not None:
+            out["__verbose"] = self.verbose(result)
+>>>>>>> main
         return out
 
     def chunk(

@@ -3,11 +3,12 @@
 The suite's `utils.py` runs the program named by LLAMA_SERVER_BIN_PATH with llama-server's
 options; this reads the ones that describe the service (host, port, API key, context size,
 slots, model alias, the request defaults `--temp`, `--seed` and `--n-predict`, CORS origins,
-`--no-slots`)
-and starts `lookahead serve` with them on one model for every test: LOOKAHEAD_COMPAT_MODEL
-(default: the default model, Qwen2.5-Coder-0.5B). The model options (`--hf-repo`,
-`--model`, ...) and the rest (`--batch-size`, `--jinja`, ...) are read and left unused: the
-suite's models are not downloaded.
+`--no-slots`, the chat template's `--chat-template`, `--chat-template-file` and, with
+one of those, `--jinja` / `--no-jinja`) and starts `lookahead serve` with them on one model
+for every test: LOOKAHEAD_COMPAT_MODEL (default: the default model, Qwen2.5-Coder-0.5B). The
+model options (`--hf-repo`, `--model`, ...) and the rest (`--batch-size`, ...) are read and
+left unused: the suite's models are not downloaded. A relative `--chat-template-file` is
+read from the directory the suite started the launcher in (LOOKAHEAD_COMPAT_CALLER_DIR).
 
     python tests/compat/llama_server_shim.py --host 127.0.0.1 --port 8080 --ctx-size 512 ...
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
@@ -38,6 +40,10 @@ def serve_args(argv: list[str]) -> list[str]:
     p.add_argument("--tags")
     p.add_argument("--slots", action="store_true")
     p.add_argument("--no-slots", action="store_true")
+    p.add_argument("--chat-template")
+    p.add_argument("--chat-template-file")
+    p.add_argument("--jinja", action="store_true", default=None)
+    p.add_argument("--no-jinja", dest="jinja", action="store_false")
     known, _ = p.parse_known_args(argv)
     args = [
         "serve",
@@ -66,6 +72,13 @@ def serve_args(argv: list[str]) -> list[str]:
     ):
         if value is not None:
             args += [flag, value]
+    if known.chat_template is not None:
+        args += ["--chat-template", known.chat_template]
+    if known.chat_template_file is not None:
+        caller = Path(os.environ.get("LOOKAHEAD_COMPAT_CALLER_DIR", "."))
+        args += ["--chat-template-file", str(caller / known.chat_template_file)]
+    if known.jinja is not None and (known.chat_template is not None or known.chat_template_file is not None):
+        args.append("--jinja" if known.jinja else "--no-jinja")  # it only says how a template is read
     if known.no_slots and not known.slots:
         args.append("--no-slots")
     return args

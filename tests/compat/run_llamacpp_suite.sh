@@ -57,6 +57,7 @@ if [ ! -x "$WORK/venv/bin/python" ]; then
 fi
 cat > "$BIN/llama-server" <<SHIM
 #!/bin/sh
+LOOKAHEAD_COMPAT_CALLER_DIR="\$PWD"; export LOOKAHEAD_COMPAT_CALLER_DIR
 cd "$ROOT" && exec $LAUNCH "\$@"
 SHIM
 chmod +x "$BIN/llama-server"

@@ -113,3 +113,14 @@ def test_the_comparison_counts_what_passes_on_llama_server_and_on_lookahead(tmp_
     partial = compare(read_junit(ref), {"unit/test_basic.py::test_a": "passed"})
     assert partial["total"] == {"tests": 1, "reference": 1, "both": 1, "candidate": 1}
     assert len(partial["run_on_one_side_only"]) == 3
+
+
+def test_the_chat_template_options_carry_over(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LOOKAHEAD_COMPAT_CALLER_DIR", str(tmp_path))
+    args = serve_args(["--port", "8080", "--no-jinja", "--chat-template", "command-r"])
+    assert args[-3:] == ["--chat-template", "command-r", "--no-jinja"]
+    # a relative template file is the suite's, read from where the suite started the launcher
+    args = serve_args(["--jinja", "--chat-template-file", "../models/t.jinja"])
+    assert args[-3:] == ["--chat-template-file", str(tmp_path / "../models/t.jinja"), "--jinja"]
+    # without a template, --jinja / --no-jinja say nothing to lookahead serve
+    assert not {"--jinja", "--no-jinja"} & set(serve_args(["--no-jinja"]))
