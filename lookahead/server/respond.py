@@ -49,16 +49,12 @@ async def serve(
             job.cancel()
         raise
     assert service.model is not None
-<<<<<<< HEAD
     first = jobs[0]
-    shape = Shape(
-        chat, service.config.model_id, body, len(first.tokens), first.predicted, service.model.backend.token_bytes
-    )
-=======
     model_id = service.config.model_id
-    verbose = verbose_of(service.model, model_id, body, job.tokens) if body.verbose else None
-    shape = Shape(chat, model_id, body, len(job.tokens), job.predicted, service.model.backend.token_bytes, verbose)
->>>>>>> main
+    verbose = verbose_of(service.model, model_id, body, first.tokens) if body.verbose else None
+    shape = Shape(
+        chat, model_id, body, len(first.tokens), first.predicted, service.model.backend.token_bytes, verbose
+    )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
@@ -141,22 +137,15 @@ async def sse(
                     yield {"data": json.dumps(shape.chunk(item.text, None, first[i], pending[i], i))}
                     first[i], pending[i] = False, []
             elif isinstance(item, Done):
-<<<<<<< HEAD
                 results[i] = item.result
-                yield {"data": json.dumps(shape.chunk("", item.result.finish_reason, first[i], index=i))}
+                last = shape.chunk("", item.result.finish_reason, first[i], index=i)
+                if shape.verbose is not None:  # on the finishing chunk, as llama-server sends it
+                    last["__verbose"] = await run_in_threadpool(shape.verbose, item.result)
+                yield {"data": json.dumps(last)}
         done = [r for r in results if r is not None]
         if include_usage and status == "200" and len(done) == len(jobs):
             usage = await run_in_threadpool(shape.usage_chunk, done)
             yield {"data": json.dumps(usage)}
-=======
-                last = shape.chunk("", item.result.finish_reason, first)
-                if shape.verbose is not None:  # on the finishing chunk, as llama-server sends it
-                    last["__verbose"] = await run_in_threadpool(shape.verbose, item.result)
-                yield {"data": json.dumps(last)}
-                if include_usage:
-                    usage = await run_in_threadpool(shape.usage_chunk, item.result)
-                    yield {"data": json.dumps(usage)}
->>>>>>> main
         yield {"data": "[DONE]"}
     finally:
         for job in jobs:

@@ -92,7 +92,6 @@ class Shape:
                 "logprobs": self.logprobs(result.probs),
                 "finish_reason": result.finish_reason,
             }
-<<<<<<< HEAD
         text = result.text
         if isinstance(self.body, CompletionRequest) and self.body.echo:
             text = self.body.text() + text
@@ -105,22 +104,8 @@ class Shape:
         out["usage"] = self.usage(results)
         out["lookahead"] = self.stats(results)
         out["timings"] = self.timings(results)
-=======
-            out = self._head("chat.completion")
-        else:
-            text = result.text
-            if isinstance(self.body, CompletionRequest) and self.body.echo:
-                text = self.body.text() + text
-            logprobs = self.logprobs(result.probs, len(text) - len(result.text))
-            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": result.finish_reason}
-            out = self._head("text_completion")
-        out["choices"] = [choice]
-        out["usage"] = self.usage(result)
-        out["lookahead"] = self.stats(result)
-        out["timings"] = self.timings(result)
-        if self.verbose is not None:
-            out["__verbose"] = self.verbose(result)
->>>>>>> main
+        if self.verbose is not None:  # the first choice's, as llama-server's parent task reports it
+            out["__verbose"] = self.verbose(results[0])
         return out
 
     def chunk(
