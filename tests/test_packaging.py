@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -168,6 +169,10 @@ def test_the_dockerfile_installs_what_the_readme_says_and_keeps_its_promises() -
     assert any(f'"{DIST}[serve]"' in ln and "pip install" in ln for ln in commands), commands
     assert "pip install ." in readme_installs()  # the library and CLI alone
     assert len(re.findall(r"^FROM ", docker, re.MULTILINE)) >= 2  # multi-stage
+    # the build stage copies every source folder the wheel is made of (cli/ is lookahead.cli)
+    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    for folder in ["lookahead", *package_dirs["package-dir"].values()]:
+        assert re.search(rf"^COPY {folder} \./{folder}$", docker, re.MULTILINE), folder
     assert re.search(r"^USER (?!root)\S+", docker, re.MULTILINE)  # not root
     assert re.search(r"^HEALTHCHECK .*\n?.*/health", docker, re.MULTILINE)
     assert ".gguf" not in re.sub(r"#.*", "", docker)  # no model file copied in
