@@ -237,8 +237,11 @@ def test_the_library_imports_neither_typer_nor_rich_nor_the_cli() -> None:
 
 def test_the_cli_lives_in_its_own_folder_only() -> None:
     assert (ROOT / "cli" / "main.py").is_file()
-    left = sorted(p.name for p in (ROOT / "lookahead" / "cli").glob("*.py"))
+    old = ROOT / "lookahead" / "cli"
+    left = sorted(p.name for p in old.glob("*.py"))
     assert left == [], f"lookahead/cli/ holds {left}: the CLI's source is cli/, move them there"
+    # a folder of leftover bytecode is a second lookahead.cli to mypy (a "Duplicate module")
+    assert not old.exists(), "lookahead/cli/ is left over from before the CLI moved to cli/: delete it"
 
 
 # -- the checks catch what they should (planted violations) --------------------------------
