@@ -19,6 +19,7 @@ ENV CMAKE_ARGS=${CMAKE_ARGS}
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY lookahead ./lookahead
+COPY cli ./cli
 COPY corpora ./corpora
 COPY examples ./examples
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[serve]"

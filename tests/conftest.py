@@ -7,7 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from lookahead.models import catalog as models
+from tests.checkout_cli import installed_cli_elsewhere, use_this_checkout
+
+use_this_checkout()  # before any test module imports lookahead.cli
+
+from lookahead.models import catalog as models  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    where = installed_cli_elsewhere()
+    if where is not None:
+        config.issue_config_time_warning(
+            pytest.PytestWarning(
+                f"this environment's editable install maps lookahead.cli to {where}, not this checkout's cli/: "
+                "the tests import this checkout's CLI, but the commands they run in a subprocess "
+                "(python -m lookahead.cli.main) do not: give this checkout an environment of its own "
+                "(`python -m venv .venv && .venv/bin/pip install -e '.[test]'`)"
+            ),
+            stacklevel=2,
+        )
 
 
 @pytest.fixture(scope="session")

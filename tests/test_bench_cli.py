@@ -39,6 +39,10 @@ def test_bad_options_fail_before_loading(args: list[str], needle: str, monkeypat
     assert_cli_error(runner.invoke(app, ["bench", *args]), needle)
 
 
+def test_it_finds_the_checkout_it_runs_from() -> None:
+    assert lookahead.cli.bench_cmd.checkout_root() == Path(__file__).resolve().parent.parent
+
+
 def test_without_a_checkout_it_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lookahead.cli.bench_cmd, "checkout_root", lambda: None)
     assert_cli_error(runner.invoke(app, ["bench", "--quick"]), "source checkout", "pip install -e '.[bench]'")

@@ -1,4 +1,4 @@
-"""The live view (`lookahead/cli/live.py`): its pieces without a model, `show` over made-up events,
+"""The live view (`cli/live.py`): its pieces without a model, `show` over made-up events,
 and `generate --live` / `report --live` on a pseudo-terminal with SmolLM2."""
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -43,6 +45,11 @@ def test_the_wheel_holds_the_package_and_no_top_level_cli(wheel: Path) -> None:
     version = wheel.name.split("-")[1]
     assert tops == {"lookahead", f"lookahead_decoding-{version}.dist-info", f"lookahead_decoding-{version}.data"}
     assert "lookahead/cli/main.py" in names
+    # every module of the checkout, the CLI's (cli/) under its installed name: pyproject.toml
+    # lists the packages one by one, so a new subpackage it misses would be left out
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "lookahead").rglob("*.py")}
+    modules |= {"lookahead/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "cli").rglob("*.py")}
+    assert sorted(modules - set(names)) == []
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert f"lookahead_decoding-{version}.data/data/share/lookahead/examples/sales/weekly.md" in names
     assert any("/share/lookahead/corpora/python/" in n for n in names)
@@ -102,6 +109,36 @@ def test_the_wheel_alone_runs_the_cli_and_the_library(wheel: Path, tmp_path: Pat
     assert (tmp_path / "ex" / "sales" / "sales.csv").read_bytes() == (ROOT / "examples/sales/sales.csv").read_bytes()
 
 
+def test_an_editable_install_maps_the_cli_folder_to_lookahead_cli(tmp_path: Path) -> None:
+    """`pip install -e .` (the README's and CI's install) into a fresh environment: `lookahead.cli`
+    is the checkout's cli/ from anywhere, the command runs, and no module `cli` is installed."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "bench", "build", "*.egg-info"))
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    # this environment's packages (pip, setuptools, typer ...) as a plain path: not its .pth files,
+    # so not its own install of lookahead
+    site_dirs = [p for p in sys.path if Path(p).name == "site-packages"] or [sysconfig.get_paths()["purelib"]]
+    (Path(purelib) / "deps.pth").write_text("\n".join(site_dirs) + "\n", encoding="utf-8")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "."],
+        cwd=src, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    probe = "import importlib.util as u, lookahead.cli.main; print(lookahead.cli.main.__file__, u.find_spec('cli'))"
+    for where in (tmp_path, src):  # away from the checkout, and at its root (where cli/ is a folder anyway)
+        proc = subprocess.run([python, "-c", probe], cwd=where, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split()[0] == str(src / "cli" / "main.py"), where
+        assert where == src or proc.stdout.split()[1] == "None"
+    proc = subprocess.run([env_dir / "bin" / "lookahead", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "generate" in proc.stdout, proc.stderr
+
+
 def test_serve_without_its_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sse_starlette", None)  # as if the extra were not installed
     result = CliRunner().invoke(app, ["serve"])
@@ -132,6 +169,10 @@ def test_the_dockerfile_installs_what_the_readme_says_and_keeps_its_promises() -
     assert any(f'"{DIST}[serve]"' in ln and "pip install" in ln for ln in commands), commands
     assert "pip install ." in readme_installs()  # the library and CLI alone
     assert len(re.findall(r"^FROM ", docker, re.MULTILINE)) >= 2  # multi-stage
+    # the build stage copies every source folder the wheel is made of (cli/ is lookahead.cli)
+    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    for folder in ["lookahead", *package_dirs["package-dir"].values()]:
+        assert re.search(rf"^COPY {folder} \./{folder}$", docker, re.MULTILINE), folder
     assert re.search(r"^USER (?!root)\S+", docker, re.MULTILINE)  # not root
     assert re.search(r"^HEALTHCHECK .*\n?.*/health", docker, re.MULTILINE)
     assert ".gguf" not in re.sub(r"#.*", "", docker)  # no model file copied in

@@ -36,8 +36,8 @@ CHECKOUT_HINT = (
 
 
 def checkout_root() -> Path | None:
-    """The source checkout this CLI runs from (an editable install), if it has bench/."""
-    root = Path(cli.__file__).resolve().parent.parent.parent
+    """The source checkout this CLI runs from (an editable install: cli/ in it), if it has bench/."""
+    root = Path(cli.__file__).resolve().parent.parent
     return root if (root / "bench" / "run.py").is_file() else None
 
 
