@@ -85,6 +85,10 @@ class Worker(WorkerBase):
                 if job.cancelled.is_set():
                     self.metrics.cancelled.inc()
                     break
+                if isinstance(event, Done):
+                    # the cache settled and the gauges set before the client hears the end,
+                    # so what it reads from /metrics next includes this request
+                    self._settle(job, events)
                 job.emit(event)
                 if isinstance(event, Done):
                     self._done(job, event.result)
@@ -98,15 +102,22 @@ class Worker(WorkerBase):
             backend.reset()
             job.emit(exc)
         finally:
-            # a generator: end it where it stopped (between steps, so the cells it committed
-            # stay consistent and cached for the next request's prompt)
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
+            self._settle(job, events)
             backend.interrupt = None
-            if not job.cache_prompt and not job.warm_up:
-                backend.reset()  # free every KV cell, parked ones too
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
-            self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0
-            self.metrics.kv_cells_cached.set(len(backend.cache_tokens))
+
+    def _settle(self, job: Job, events: Iterator[Event] | None) -> None:
+        """End the request's generation and leave the cache as the next request finds it;
+        set the KV gauges. Once the last event is out or on any exit (a second call finds
+        the generator closed and the cells as they were)."""
+        backend = self.model.backend
+        # a generator: end it where it stopped (between steps, so the cells it committed
+        # stay consistent and cached for the next request's prompt)
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+        if not job.cache_prompt and not job.warm_up:
+            backend.reset()  # free every KV cell, parked ones too
+        self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0
+        self.metrics.kv_cells_cached.set(len(backend.cache_tokens))
