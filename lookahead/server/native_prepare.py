@@ -132,23 +132,10 @@ def draft_config(base: DraftConfig, body: NativeRequest) -> DraftConfig:
     return replace(base, **{k: v for k, v in opts.model_dump().items() if v is not None})
 
 
-def fim_draft(draft: DraftConfig) -> DraftConfig:
-    """Drafting for a fill-in-the-middle request: without the copy-through-edits source.
-
-    That source aligns the output with the prompt on 4 shared tokens and then drafts the
-    prompt's continuation with a confidence of 0.9 and more, as an edit copying the prompt
-    back would. A completion's middle is new code: it meets 4-token runs of the file it is
-    written into all the time (`if self._`, `return s[pos`), and the continuations drafted
-    from there were rejected at their first token, 15 nodes at a time, a verify worth 7 plain
-    steps at a 2000-token context, request after request in the editing benchmark. The
-    suffix, n-gram, record and corpus sources still draft the nearby code it repeats."""
-    return replace(draft, edits=False)
-
-
 def make_job(prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: asyncio.AbstractEventLoop) -> Job:
     try:
         sampling = body.sampling()
-        draft = draft_config(fim_draft(base) if isinstance(body, InfillRequest) else base, body)
+        draft = draft_config(base, body)
     except UserError as exc:
         raise APIError(400, str(exc)) from exc
     return Job(

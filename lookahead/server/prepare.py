@@ -26,7 +26,7 @@ from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.jobs import Job, QueueFull, ShuttingDown
 from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import fim_draft, openai_prompt
+from lookahead.server.native_prepare import openai_prompt
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
 
@@ -100,9 +100,7 @@ def prepare(
             n_probs=body.n_probs(),
             constraint=request_constraint(model, body.grammar, body.json_schema, body.response_format),
         )
-        # a suffix makes it a fill-in-the-middle prompt (see `fim_draft`)
-        fim = isinstance(body, CompletionRequest) and bool(body.suffix)
-        draft = draft_config(fim_draft(config.draft) if fim else config.draft, body)
+        draft = draft_config(config.draft, body)
     except UserError as exc:
         raise APIError(400, str(exc), param="lookahead") from exc
     if draft.exact and worker.capacity > 1:
