@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lookahead.backend.grammar import Grammar, GrammarError, schema_to_gbnf
+from lookahead.backend.grammar import Grammar, GrammarError
+from lookahead.backend.json_schema import schema_to_gbnf
 from lookahead.core.constraint import ConstraintFactory
 from lookahead.server.errors import APIError
 
