@@ -49,6 +49,14 @@ class Grammar:
             raise GrammarError(f"the grammar is not valid GBNF: {_parse_error(said)}")
         self._smpl = smpl
 
+    @classmethod
+    def from_sampler(cls, vocab: LlamaVocab, smpl: Any) -> Grammar:
+        """A Grammar around a grammar sampler parsed elsewhere (it is freed with the Grammar)."""
+        grammar = cls.__new__(cls)
+        grammar._vocab = vocab
+        grammar._smpl = smpl
+        return grammar
+
     def __call__(self) -> GrammarConstraint:
         """A new state at the grammar's start (a copy of the parsed one: no parsing again)."""
         smpl = ll.llama_sampler_clone(self._smpl)
