@@ -1,7 +1,9 @@
 """Property-based fuzzing of the HTTP API from its own OpenAPI schema, against a live server
 on the small model: bodies drawn from each endpoint's request schema (`schema_strategy`)
 and arbitrary JSON. Whatever comes in: no 5xx, every error in OpenAI's shape, every stream
-free of error payloads, and the server healthy with its KV cache empty afterwards.
+free of error payloads, and the server healthy with its KV cache empty afterwards. Hostile
+grammars and schemas (deep nesting, large bounds, left recursion) go to `lookahead serve` in
+a process of its own, so that a crash is seen.
 
 Bounded: a fixed number of examples per endpoint, and drawn generation lengths are capped
 at a few tokens (the length fields are still fuzzed by the arbitrary bodies), so the run
@@ -10,6 +12,7 @@ takes a minute or two."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,8 @@ from hypothesis import strategies as st
 
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
-from tests.schema_strategy import from_schema
+from lookahead.server.spawn import ServeProcess
+from tests.schema_strategy import from_schema, hostile_grammars, hostile_schemas
 from tests.sse import payloads
 
 pytestmark = pytest.mark.model
@@ -140,3 +144,54 @@ def test_the_server_is_healthy_after_the_fuzzing(server: Running) -> None:
     assert not server.service.worker.busy and server.service.model.backend.n_used == 0
     with httpx.Client(base_url=server.url) as c:
         assert c.get("/metrics").status_code == 200  # no key configured: open
+
+
+# ---- hostile grammars and schemas, against `lookahead serve` in a process of its own --------
+
+HOSTILE_EXAMPLES = 30
+CONSTRAINED_ROUTES = ("/completion", "/v1/completions", "/v1/chat/completions")
+
+
+@pytest.fixture(scope="module")
+def served(smol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    log = tmp_path_factory.mktemp("fuzz") / "serve.log"
+    args = ["--model", str(smol_path), "--threads", "1", "--parallel", "1", "--n-ctx", "512", "--log-level", "warning"]
+    with ServeProcess(args, log) as server:
+        server.wait_healthy(180)
+        yield server
+
+
+def _constrained_body(route: str, field: str, value: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_tokens": 2, "n_predict": 2} if route == "/completion" else {"max_tokens": 2}
+    if "chat" in route:
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    if field == "response_format":
+        body[field] = {"type": "json_schema", "json_schema": {"name": "x", "schema": value}}
+    else:
+        body[field] = value
+    return body
+
+
+def test_hostile_grammars_and_schemas_are_answered_and_the_server_stays_up(served: ServeProcess) -> None:
+    fields = st.sampled_from(["grammar"]).map(lambda f: (f, hostile_grammars)) | st.sampled_from(
+        ["json_schema", "response_format"]).map(lambda f: (f, hostile_schemas))
+
+    @settings(max_examples=HOSTILE_EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(route=st.sampled_from(CONSTRAINED_ROUTES), data=st.data(), field=fields)
+    def run(route: str, data: st.DataObject, field: tuple[str, st.SearchStrategy[Any]]) -> None:
+        name, values = field
+        if name == "response_format" and route == "/completion":
+            name = "json_schema"
+        body = _constrained_body(route, name, data.draw(values))
+        r = httpx.post(served.url + route, content=json.dumps(body), headers={"content-type": "application/json"},
+                       timeout=30)
+        assert r.status_code < 500, (r.status_code, r.text[:300], str(body)[:300])
+        assert served.alive, served.output()[-2000:]
+        t0 = time.monotonic()
+        assert httpx.get(served.url + "/health", timeout=1).status_code == 200
+        assert time.monotonic() - t0 < 1
+
+    run()
