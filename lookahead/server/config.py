@@ -45,6 +45,9 @@ class ServeConfig:
     # origins a browser page may call from: "*" = any (echoed back), "localhost" = pages on
     # this machine, else the exact origins listed (`compat.Cors`)
     cors_origins: tuple[str, ...] = ("*",)
+    # seconds a token stream may stay silent (queued, reading its prompt) before it sends an
+    # SSE comment, so that proxies' idle timeouts do not cut it; 0: never
+    stream_ping: float = 15.0
     slots_endpoint: bool = True  # GET /slots (off: 501, as llama-server with --no-slots)
     # the chat template's Jinja source (--chat-template, resolved at the edge); None: the model's own
     chat_template: str | None = None
