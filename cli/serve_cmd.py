@@ -147,7 +147,7 @@ def run_serve(
     alias: str | None = None,
     tags: str | None = None,
     defaults: RequestDefaults | None = None,
-    cors_origins: str = "*",
+    cors_origins: str = "localhost",
     slots_endpoint: bool = True,
     chat_template: str | None = None,
 ) -> int:

@@ -97,7 +97,7 @@ def serve(
     temp: ServeTempOption = None,
     seed: ServeSeedOption = None,
     n_predict: ServeNPredictOption = None,
-    cors_origins: CorsOriginsOption = "*",
+    cors_origins: CorsOriginsOption = "localhost",
     slots: SlotsOption = True,
     chat_template: ChatTemplateOption = None,
     chat_template_file: ChatTemplateFileOption = None,
