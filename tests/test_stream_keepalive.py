@@ -10,7 +10,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +54,7 @@ def test_closing_the_stream_while_it_waits_closes_its_source() -> None:
 
     async def run() -> None:
         stream = with_pings(slow([5.0], closed), 0.05)
+        assert isinstance(stream, AsyncGenerator)
         assert await stream.__anext__() == PING  # waiting for the first item
         await stream.aclose()  # the client went away
 
