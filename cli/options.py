@@ -260,8 +260,9 @@ CorsOriginsOption = Annotated[
     str,
     typer.Option(
         "--cors-origins",
-        help="Comma-separated origins browser pages may call from: '*' any, 'localhost' pages on this "
-        "machine, or exact origins such as https://app.example.com.",
+        help="Comma-separated origins browser pages may call from: 'localhost' pages on this machine "
+        "(the default), exact origins such as https://app.example.com, or '*' any (without cookies). "
+        "A POST from any other page is refused (403).",
     ),
 ]
 ChatTemplateOption = Annotated[

@@ -75,7 +75,7 @@ def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
 
 # ---- the limits table ------------------------------------------------------------------------
 
-WORDS = [f"w{i}" for i in range(6000)]
+WORDS = [f"w{i}" for i in range(12000)]
 
 
 def over_limit_cases(route: str) -> dict[str, dict[str, Any]]:
@@ -176,7 +176,8 @@ def busy_with_a_long_request(server: Running) -> threading.Thread:
 def endless(route: str, most: int) -> dict[str, Any]:
     """A greedy request that runs to `most` tokens: counting, the end tokens banned."""
     ban = {"151643": -100, "151645": -100}  # Qwen's <|endoftext|>, <|im_end|>
-    return body_for(route, text="count to 1000: 1 2 3 4 5 6 7 8", most=most, logit_bias=ban, lookahead={"enabled": False})
+    text = "count to 1000: 1 2 3 4 5 6 7 8"
+    return body_for(route, text=text, most=most, logit_bias=ban, lookahead={"enabled": False})
 
 
 def choices(route: str, k: int) -> dict[str, Any]:

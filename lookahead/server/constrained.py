@@ -23,10 +23,11 @@ from lookahead.backend.grammar import GrammarError
 from lookahead.backend.grammar_guard import CheckerUnavailable
 from lookahead.backend.json_schema import schema_to_gbnf
 from lookahead.core.constraint import ConstraintFactory
+from lookahead.server import request_limits as limits
 from lookahead.server.errors import APIError
 
-MAX_GRAMMAR_BYTES = 256 << 10  # GBNF text, given or made from a schema
-MAX_SCHEMA_BYTES = 256 << 10  # a JSON schema, as compact JSON
+MAX_GRAMMAR_BYTES = limits.GRAMMAR.most  # GBNF text, given or made from a schema
+MAX_SCHEMA_BYTES = limits.SCHEMA.most  # a JSON schema, as compact JSON
 
 
 def response_format_schema(value: Any) -> dict[str, Any] | None:

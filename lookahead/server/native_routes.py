@@ -29,6 +29,7 @@ from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, cache_owner
+from lookahead.server.keepalive import with_pings
 from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import Prepared, draft_config, make_job, prepare
 from lookahead.server.native_run import Watch, follow
@@ -257,12 +258,10 @@ async def answer(
         raise APIError(503, "the generation was cancelled")
 
     if body.stream:
-        return StreamingResponse(
-            stream_lines(
-                follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
-            ),
-            media_type="text/event-stream",
+        lines = stream_lines(
+            follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
         )
+        return StreamingResponse(with_pings(lines, service.config.stream_ping), media_type="text/event-stream")
     try:
         outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
     finally:

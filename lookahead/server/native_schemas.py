@@ -94,7 +94,7 @@ class NativeRequest(BaseModel):
     @field_validator("grammar")
     @classmethod
     def _grammar_size(cls, v: str | None) -> str | None:
-        limits.bounded(limits.GRAMMAR, len(v or ""))
+        limits.bounded(limits.GRAMMAR, limits.text_size(v))
         return v
 
     @field_validator("json_schema")

@@ -42,8 +42,10 @@ FIM_TEXT = Limit(
     "characters",
     "only what fits the context is used; the rest is cut before tokenizing",
 )
-GRAMMAR = Limit("grammar", 65_536, "characters", "parsed once per request")
-SCHEMA = Limit("json_schema / response_format", 65_536, "characters of JSON", "turned into a grammar per request")
+GRAMMAR = Limit(
+    "grammar", 256 << 10, "bytes of GBNF (also a grammar made from a schema)", "checked and parsed per request"
+)
+SCHEMA = Limit("json_schema / response_format", 256 << 10, "bytes of JSON", "turned into a grammar per request")
 
 TABLE = (N_PROBS, STOP, LOGIT_BIAS, PROMPTS, COMPLETIONS, INPUT_EXTRA, FIM_TEXT, GRAMMAR, SCHEMA)
 
@@ -72,10 +74,15 @@ def check(limit: Limit, count: int, param: str | None = None) -> None:
         raise APIError(400, f"{name}: {problem}", param=name, code="limit_exceeded")
 
 
+def text_size(value: object) -> int:
+    """Bytes of a text as UTF-8 (0 for what is not a text: its own check says so)."""
+    return len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0
+
+
 def json_size(value: object) -> int:
-    """Characters of a JSON value written compactly (a schema's size, counted once)."""
+    """Bytes of a JSON value written compactly (a schema's size, counted once)."""
     try:
-        return len(json.dumps(value, separators=(",", ":")))
+        return len(json.dumps(value, separators=(",", ":")).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError, RecursionError):
         return 0  # not JSON: the schema's own check says so
 

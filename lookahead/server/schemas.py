@@ -93,7 +93,7 @@ class _Common(BaseModel):
     @field_validator("grammar")
     @classmethod
     def _grammar_size(cls, v: Any) -> Any:
-        limits.bounded(limits.GRAMMAR, len(v) if isinstance(v, str) else 0)
+        limits.bounded(limits.GRAMMAR, limits.text_size(v))
         return v
 
     @field_validator("json_schema", "response_format")
