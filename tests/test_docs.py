@@ -95,7 +95,7 @@ def blocks(text: str) -> list[str]:
     return out
 
 
-FIGURE_CHECKED = ["README.md", "docs/choosing.md", "docs/troubleshooting.md", "docs/benchmarks.md"]
+FIGURE_CHECKED = ["README.md", "docs/choosing.md", "docs/troubleshooting.md", "docs/benchmarks.md", "docs/design.md"]
 
 
 @pytest.mark.parametrize("name", FIGURE_CHECKED)
