@@ -140,8 +140,8 @@ CompareOption = Annotated[
     bool,
     typer.Option(
         "--compare",
-        help="Then decode the same prompt again without drafts and print both speeds "
-        "(the output is the same text, generated twice).",
+        help="Then decode the same prompt again without drafts and print both speeds, and "
+        "whether the two texts match (greedy texts can differ at a near tie; --exact makes them match).",
     ),
 ]
 
