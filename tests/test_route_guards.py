@@ -8,6 +8,7 @@ On the default (FIM-capable) model, at one thread and a small context, over real
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -250,3 +251,14 @@ def test_parallel_slots_reuse_only_their_own_keys_cells(qwen_path: Path) -> None
         assert cached("/completion", post(s, "/completion", body, KEY_A)) == 0
         assert cached("/completion", post(s, "/completion", body, KEY_B)) == 0
         assert cached("/completion", post(s, "/completion", body, KEY_A)) > 0
+
+
+# ---- text that is not valid Unicode ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", [*ROUTES, "/tokenize"])
+def test_a_lone_surrogate_is_a_400_not_a_500(server: Running, route: str) -> None:
+    body = {"content": "a\ud800b"} if route == "/tokenize" else body_for(route, text="a\ud800b")
+    with server.client(KEY_A) as c:  # json.dumps writes the lone surrogate as "\ud800"
+        r = c.post(route, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500, r.text

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.model
 MODEL_ID = "smollm2-135m"
 EXAMPLES = 25  # per endpoint and kind of body
 MAX_DRAWN_TOKENS = 4
-ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+OPENAI = ("/v1/completions", "/v1/chat/completions")
+NATIVE = ("/completion", "/infill", "/tokenize", "/detokenize")  # llama.cpp's own routes
+ENDPOINTS = OPENAI + NATIVE
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,10 @@ json_values = st.recursive(
 )
 # names the endpoints know, so arbitrary bodies reach the fields' own checks
 FIELDS = ("prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "stream",
-          "seed", "n", "echo", "prediction", "lookahead", "stream_options", "model")
+          "seed", "n", "echo", "prediction", "lookahead", "stream_options", "model",
+          # llama.cpp's names
+          "n_predict", "input_prefix", "input_suffix", "input_extra", "n_probs", "logit_bias", "n_cmpl", "samplers",
+          "n_indent", "t_max_predict_ms", "response_fields", "content", "tokens", "with_pieces", "grammar")
 arbitrary = st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), json_values, max_size=6)
 
 
@@ -86,11 +91,13 @@ def bounded(body: Any, ours: bool) -> Any:
     if not isinstance(body, dict):
         return body
     body = dict(body)
-    for field in ("max_tokens", "max_completion_tokens"):
-        if isinstance(body.get(field), int) and not isinstance(body.get(field), bool) and body[field] > 0:
-            body[field] = min(body[field], MAX_DRAWN_TOKENS)
-    if "messages" in body or "prompt" in body:
+    for field in ("max_tokens", "max_completion_tokens", "n_predict"):
+        value = body.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and (value > 0 or field == "n_predict"):
+            body[field] = min(value, MAX_DRAWN_TOKENS) if value >= 0 else MAX_DRAWN_TOKENS  # -1: to the end
+    if "messages" in body or "prompt" in body or "input_prefix" in body:
         body.setdefault("max_tokens", MAX_DRAWN_TOKENS)
+        body.setdefault("n_predict", MAX_DRAWN_TOKENS)
     if ours:
         body["model"] = MODEL_ID
     return body
@@ -105,7 +112,11 @@ def check(server: Running, path: str, body: Any) -> None:
         assert set(err) == {"message", "type", "param", "code"} and err["message"], err
         return
     assert r.status_code == 200
-    if isinstance(body, dict) and body.get("stream") is True:
+    streamed = isinstance(body, dict) and body.get("stream") is True
+    if path in NATIVE:  # llama.cpp's streams end without [DONE]; every data line is JSON
+        items = [json.loads(ln[5:]) for ln in r.text.splitlines() if ln.startswith("data:")] if streamed else [r.json()]
+        assert items and all("error" not in item for item in items if isinstance(item, dict)), r.text[:300]
+    elif streamed:
         payloads(r.text.splitlines())
     else:
         assert r.json()["choices"], r.text[:300]
