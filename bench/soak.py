@@ -13,8 +13,12 @@ when sent alone before the load: on a batch-invariant model such as SmolLM2 they
 equal), sampled streamed chats (every SSE payload parsed, an error
 payload counted), streams left after a few chunks, greedy Predicted Outputs from 1/4 of the
 context to past it (a 400 past it is the right answer; a 200 must equal the solo output),
-bodies over the 8 MB limit with a Content-Length and chunked (413 expected), and wrong keys
-(401 expected). Meanwhile a probe asks /health every quarter second and samples the server
+bodies over the 8 MB limit with a Content-Length and chunked (413 expected), wrong keys
+(401 expected), and hostile bodies: grammars that hang or crash llama.cpp's parser (left
+recursion: 400; thousands of nested groups: served or 400), JSON schemas with large bounds
+(served or 400), fields over the published limits (400), llama.cpp's routes with several
+prompts or a long `/infill` suffix, `/tokenize` of a lone surrogate (400) or of a long text
+with pieces. Meanwhile a probe asks /health every quarter second and samples the server
 process's RSS.
 
 Reported per run: requests by outcome; 5xx seen by the clients and counted in the server's
@@ -59,7 +63,7 @@ PROMPTS = ("def fibonacci(n):", "The history of Rome", "1, 2, 3, 4,", "SELECT na
            "Dear team,", "import numpy as np\n")
 CHATS = ("Name three colours.", "Write a haiku about the sea.", "What is 17 * 3?", "Explain recursion briefly.")
 ACTIONS = ("greedy", "greedy", "greedy_chat", "stream", "disconnect", "predict", "oversized", "oversized_chunked",
-           "badkey")
+           "badkey", "hostile_grammar", "big_schema", "over_limit", "native", "tokenize")
 MAX_TOKENS = 32
 BODY_LIMIT = 8 << 20  # the service's request body limit
 WARMUP_S = 10.0
@@ -193,6 +197,62 @@ class Soak:
         with self.client(key=rng.choice(("wrong", KEY + "-2", "é", "\ufeff" + KEY))) as bad:
             r = bad.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         self.tally("badkey", r.status_code, (401,), r.text)
+
+    # ---- hostile bodies (each a 400, or served) ---------------------------------------------
+    def hostile_grammar(self, c: httpx.Client, rng: random.Random) -> None:
+        """Grammars that hung or crashed llama.cpp's parser: a left-recursion check that is
+        exponential in the depth of `a ::= b | b` rules, and thousands of nested groups."""
+        if rng.random() < 0.5:  # never parses in time: a 400
+            n = rng.randint(40, 80)
+            rules = "".join(f"a{i} ::= a{i + 1} | a{i + 1}\n" for i in range(n))
+            grammar, action, expected = f"root ::= a0\n{rules}a{n} ::= \"x\"\n", "left_recursion", (400,)
+        else:  # served where the parser copes, a 400 where it would crash
+            depth = rng.randint(5_000, 30_000)
+            grammar = "root ::= " + "(" * depth + '"x"' + ")" * depth + "\n"
+            action, expected = "deep_nesting", (200, 400)
+        r = c.post("/completion", json={"prompt": "hi", "n_predict": 1, "grammar": grammar})
+        self.tally(action, r.status_code, (*expected, 429, 503), r.text)
+
+    def big_schema(self, c: httpx.Client, rng: random.Random) -> None:
+        """A legitimate schema with a large bound (llama-server accepts it; it once crashed this)."""
+        bound = rng.choice((5_000, 100_000, 1_000_000))
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": bound}}}
+        body = self.chat("Name a colour as JSON.", stream=False, max_tokens=8,
+                         response_format={"type": "json_schema", "json_schema": {"schema": schema}})  # fmt: skip
+        r = c.post("/v1/chat/completions", json=body)
+        self.tally("big_schema", r.status_code, (200, 400, 429, 503), r.text)
+
+    def over_limit(self, c: httpx.Client, rng: random.Random) -> None:
+        """A field over its published limit: n_probs, logit_bias, stop, prompts, input_extra."""
+        over = rng.choice((
+            {"n_probs": 200_000},
+            {"logit_bias": [[i, -1] for i in range(100_000)]},
+            {"stop": [f"s{i}" for i in range(100)]},
+            {"prompt": ["hi"] * 100},
+            {"n_cmpl": 50},
+        ))  # fmt: skip
+        r = c.post("/completion", json={"prompt": "hi", "n_predict": 4, **over})
+        self.tally("over_limit", r.status_code, (400,), r.text)
+
+    def native(self, c: httpx.Client, rng: random.Random) -> None:
+        """llama.cpp's /completion, plain or with several prompts, or /infill with a long
+        suffix (this model has no FIM tokens: a 400 after the size checks)."""
+        if rng.random() < 0.5:
+            r = c.post("/completion", json={"prompt": rng.sample(PROMPTS, 2), "n_predict": 8, "temperature": 0})
+            self.tally("native", r.status_code, (200, 429), r.text)
+        else:
+            body = {"input_prefix": "def f():\n", "input_suffix": "x = 1\n" * 250_000, "n_predict": 4}
+            r = c.post("/infill", json=body)
+            self.tally("native_infill", r.status_code, (400, 429), r.text)
+
+    def tokenize(self, c: httpx.Client, rng: random.Random) -> None:
+        """A lone surrogate (a 400) or a long text with pieces (off the event loop)."""
+        if rng.random() < 0.5:
+            r = c.post("/tokenize", content=b'{"content": "a\\ud800b"}', headers={"content-type": "application/json"})
+            self.tally("tokenize_surrogate", r.status_code, (400,), r.text)
+        else:
+            r = c.post("/tokenize", json={"content": "word " * 200_000, "with_pieces": True})
+            self.tally("tokenize", r.status_code, (200,), r.text)
 
     # ---- the run ------------------------------------------------------------------------
     def loop(self, i: int, seconds: float) -> None:

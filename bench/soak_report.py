@@ -66,7 +66,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"{record['minutes']:g} min per setting on 127.0.0.1, each looping over a random mix of greedy completions "
         "and chats (streamed or not, each compared with the same request's output when sent alone), sampled "
         "streams, streams left after a few chunks, Predicted Outputs up to and past the context, bodies over the "
-        "8 MB limit (with and without a length), and wrong keys.",
+        "8 MB limit (with and without a length), wrong keys, and hostile bodies (grammars that hang or crash "
+        "llama.cpp's parser, schemas with large bounds, fields over the published limits, llama.cpp's routes "
+        "with several prompts or a long suffix, `/tokenize` of a lone surrogate or of a long text).",
         "",
         f"Machine: {record['machine']}. {record['note']}".rstrip(),
         "",
