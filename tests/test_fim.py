@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead.apps.fim import Chunk, FimUnsupported, indent_cut, infill_prompt
+from lookahead.apps.fim import CHARS_PER_TOKEN, Chunk, FimUnsupported, clip, indent_cut, infill_prompt
 
 PRE, SUF, MID, REP, SEP, BOS = 1, 2, 3, 4, 5, 6
 
@@ -131,3 +131,39 @@ def test_a_small_context_splits_between_the_code_and_the_chunks() -> None:
     # the chunks' cut does not move when the prefix grows (a prompt cache keeps the start)
     q = infill_prompt(Vocab(), "p" * 40, "s", extra=extra, n_ctx=2048, n_predict=24)
     assert q.tokens[: q.tokens.index(PRE)] == head
+
+
+class CountingVocab(Vocab):
+    """`Vocab`, counting the characters it is asked to tokenize."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        self.seen += len(text)
+        return super().tokenize(text, add_special=add_special, parse_special=parse_special)
+
+
+def test_texts_far_past_the_context_are_cut_before_they_are_tokenized() -> None:
+    # a 5 MB suffix once cost seconds of tokenizing and indexing, though a few hundred
+    # of its tokens could reach the prompt
+    vocab = CountingVocab()
+    big = "line\n" * 1_000_000
+    extra = [Chunk(f"f{i}", "x" * 100_000) for i in range(20)]
+    p = infill_prompt(vocab, big, big, extra=extra, prompt="xy", n_ctx=512, n_predict=32)
+    budget = 512 * CHARS_PER_TOKEN
+    assert vocab.seen <= 3 * budget + 1000
+    assert len(p.prefix_tokens) <= budget and len(p.suffix_tokens) <= budget
+    assert len(p.tokens) + 32 <= 512
+
+
+def test_clip_keeps_whole_lines_nearest_the_cursor_and_the_last_chunks() -> None:
+    prefix = "".join(f"p{i}\n" for i in range(100))
+    suffix = "".join(f"s{i}\n" for i in range(100))
+    chunks = [Chunk("a", "A" * 10), Chunk("b", "B" * 10), Chunk("c", "C" * 10)]
+    pre, suf, kept = clip(prefix, suffix, chunks, n_ctx=2)  # a budget of 32 characters
+    assert prefix.endswith(pre) and pre.startswith("p") and len(pre) <= 32 and pre.endswith("p99\n")
+    assert suffix.startswith(suf) and suf.endswith("\n") and len(suf) <= 32
+    assert [c.filename for c in kept] == ["b", "c"]
+    assert clip("short", "text", chunks, n_ctx=100) == ("short", "text", chunks)

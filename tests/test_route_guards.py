@@ -262,3 +262,28 @@ def test_a_lone_surrogate_is_a_400_not_a_500(server: Running, route: str) -> Non
     with server.client(KEY_A) as c:  # json.dumps writes the lone surrogate as "\ud800"
         r = c.post(route, content=json.dumps(body), headers={"content-type": "application/json"})
     assert 400 <= r.status_code < 500, r.text
+
+
+def test_tokenizing_a_long_text_leaves_the_event_loop_free(server: Running) -> None:
+    # /tokenize with pieces once ran on the event loop: /health waited for the whole text
+    body = {"content": "word " * 1_200_000, "with_pieces": True}
+    took: list[float] = []
+
+    def tokenize() -> None:
+        t0 = time.monotonic()
+        r = post(server, "/tokenize", body)
+        took.append(time.monotonic() - t0)
+        assert r.status_code == 200
+
+    worker = threading.Thread(target=tokenize)
+    worker.start()
+    health: list[float] = []
+    with server.client() as c:
+        while worker.is_alive():
+            t0 = time.monotonic()
+            c.get("/health")
+            health.append(time.monotonic() - t0)
+            time.sleep(0.05)
+    worker.join()
+    assert took[0] > 1.0, "the text was tokenized too fast to tell"
+    assert len(health) > 5 and max(health) < 0.5 * took[0], (max(health), took)
