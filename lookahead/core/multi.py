@@ -73,6 +73,10 @@ class MultiVerifier(Protocol):
 
     def slot_past(self, slot: int) -> int: ...
 
+    def slot_shifted(self, slot: int) -> int:
+        """Of the tokens `acquire` kept for `slot`, those moved to new positions (KV shift)."""
+        ...
+
     def fork(self, src: int, dst: int, n: int) -> None:
         """Give the taken, empty slot `dst` the first `n` committed cells of slot `src`."""
         ...
@@ -245,6 +249,7 @@ class Batch:
                 v.fork(parent.slot, req.slot, req.prefilled)
             else:
                 req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
+                req.stats.tokens_shifted = v.slot_shifted(req.slot) if req.prefilled else 0
             req.stats.tokens_cached = req.prefilled
             req.t_admit = self.clock()
             if req.report_progress:
