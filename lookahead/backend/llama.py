@@ -24,6 +24,7 @@ from lookahead.backend import decode_cost
 from lookahead.backend.base import Logits
 from lookahead.backend.config import BackendConfig, default_threads
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
+from lookahead.backend.llama_batch import Batch as _Batch
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, Interrupted
@@ -68,27 +69,6 @@ def build_info() -> str:
 def _last_log_error() -> str:
     lines = [ln.strip() for ln in _log_lines if ln.strip() and ln.strip() != "."]
     return lines[-1] if lines else "no details from llama.cpp"
-
-
-class _Batch(BatchArrays):
-    """BatchArrays with the llama_batch that points at them, so filling it is vector work."""
-
-    def __init__(self, capacity: int, n_seq: int) -> None:
-        super().__init__(capacity, n_seq)
-        row_ptr = ctypes.POINTER(ctypes.c_int32)
-        base = self.seq.ctypes.data
-        self._rows = (row_ptr * capacity)(
-            *[ctypes.cast(base + i * n_seq * 4, row_ptr) for i in range(capacity)]
-        )
-        # ctypes pointers into our arrays (the binding's stubs type these fields as arrays)
-        st: Any = ll.llama_batch()
-        st.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
-        st.embd = ctypes.POINTER(ctypes.c_float)()
-        st.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
-        st.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        st.seq_id = ctypes.cast(self._rows, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
-        st.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self.struct = st
 
 
 class _Rows:
@@ -333,10 +313,6 @@ class KVContext:
             raise BackendError("this model's KV cells cannot move to new positions")
         ll.llama_memory_seq_add(self._mem, seq, p0, p1, delta)
 
-    def shift_min(self, cache_reuse: int) -> int:
-        """A slot's `shift_min` for `--cache-reuse` N: N, or 0 where cells cannot move."""
-        return cache_reuse if self.can_shift else 0
-
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
 
@@ -364,7 +340,7 @@ class LlamaBackend(LlamaVocab):
         self.n_batch = config.n_batch
         self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
         self._slot = KVSlot(self._kv, 0, self.max_branches, self.n_ctx)
-        self._slot.shift_min = self._kv.shift_min(config.cache_reuse)
+        self._slot.shift_min = config.cache_reuse if self._kv.can_shift else 0  # KV shift
         self.tokens_shifted = 0  # prompt tokens kept by moving their cells, since loading
         # asked before each prefill chunk: True stops the prefill with Interrupted (a service
         # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)

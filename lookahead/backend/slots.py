@@ -70,7 +70,7 @@ class LlamaSlots:
             self._slots = [KVSlot(self._kv, k, 1, self.slot_ctx, park=False) for k in range(slots)]
         else:
             self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
-        self.shift_min = self._kv.shift_min(config.cache_reuse)  # KV shift (kv_cache.py), 0 = off
+        self.shift_min = config.cache_reuse if self._kv.can_shift else 0  # KV shift (kv_cache.py), 0 = off
         for s in self._slots:
             s.shift_min = self.shift_min
         self._busy = [False] * slots
