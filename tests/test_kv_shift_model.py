@@ -9,9 +9,10 @@ each with one line dropped near the start): the next token's logits moved by 0.5
 same in 5 of 10; on the prompt below the next-token distributions lie 0.02-0.04 apart in
 total variation, the largest logit moving by 2.0. That is the size of a plain translation
 here: the same prompt decoded cold from position 300 instead of 0 moves the logits by
-0.63-0.94 (RoPE is relative in exact arithmetic, not in llama.cpp's F16 cache), and
-cells moved by 300 with nothing dropped differ from that cold run by 0.62-0.81. So the check is agreement on the top token and a
-bound on the distance between distributions, not equal outputs.
+0.63-0.94 (RoPE is relative in exact arithmetic, not in llama.cpp's F16 cache), and cells
+moved by 300 with nothing dropped differ from that cold run by 0.62-0.81. So the check is
+agreement on the top token and a bound on the distance between distributions, not equal
+outputs.
 """
 
 from __future__ import annotations
