@@ -49,11 +49,25 @@ def compare_json(drafted: Result, plain: Result) -> dict[str, Any]:
     }
 
 
-def compare_line(drafted: Result, plain: Result) -> str:
-    """One line for stderr: both speeds and the ratio."""
+def sameness(drafted: Result, plain: Result, *, greedy: bool, exact: bool) -> str:
+    """What the two texts' (in)equality means, in words a first-time user can act on."""
+    if drafted.text == plain.text:
+        return "same text"
+    if not greedy:
+        return "the texts differ: both are samples, and the two runs drew different tokens (--temp 0 --exact: one text)"
+    if exact:
+        return "the texts differ although --exact was given: please report this with `lookahead doctor --json`"
+    return (
+        "the texts differ: the batched check moved a near tie between two tokens, "
+        "so greedy picked the other one (--exact gives plain decoding's text)"
+    )
+
+
+def compare_line(drafted: Result, plain: Result, *, greedy: bool, exact: bool) -> str:
+    """One line for stderr: both speeds, the ratio and what a difference in the texts means."""
     r, p = rate(drafted), rate(plain)
     ratio = f"{r / p:.2f}x" if p > 0 else "n/a"
-    same = "same text" if drafted.text == plain.text else "the texts differ (sampling or a near-tie)"
+    same = sameness(drafted, plain, greedy=greedy, exact=exact)
     return (
         f"with drafts {r:.1f} tokens/s, plain decoding {p:.1f} tokens/s: {ratio} "
         f"({drafted.stats.n_tokens} and {plain.stats.n_tokens} tokens, decode phase; {same})"

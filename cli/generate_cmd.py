@@ -104,7 +104,8 @@ def run_generate(
         extra["compare"] = compare_json(result, plain)
     print_result(result, as_json, err, n_ctx=lm.backend.n_ctx, **extra)
     if compare and not as_json:
-        err.print(compare_line(result, plain), highlight=False, soft_wrap=True)  # one line, for logs too
+        line = compare_line(result, plain, greedy=sampling_cfg.greedy, exact=draft_cfg.exact)
+        err.print(line, highlight=False, soft_wrap=True)  # one line, for logs too
     gov = lm.tuning.governor
     if gov is not None and gov.switches and not as_json:
         err.print(

@@ -140,8 +140,8 @@ CompareOption = Annotated[
     bool,
     typer.Option(
         "--compare",
-        help="Then decode the same prompt again without drafts and print both speeds "
-        "(the output is the same text, generated twice).",
+        help="Then decode the same prompt again without drafts and print both speeds, and "
+        "whether the two texts match (greedy texts can differ at a near tie; --exact makes them match).",
     ),
 ]
 
@@ -272,8 +272,9 @@ CorsOriginsOption = Annotated[
     str,
     typer.Option(
         "--cors-origins",
-        help="Comma-separated origins browser pages may call from: '*' any, 'localhost' pages on this "
-        "machine, or exact origins such as https://app.example.com.",
+        help="Comma-separated origins browser pages may call from: 'localhost' pages on this machine "
+        "(the default), exact origins such as https://app.example.com, or '*' any (without cookies). "
+        "A POST from any other page is refused (403).",
     ),
 ]
 ChatTemplateOption = Annotated[

@@ -42,6 +42,23 @@ def read_keys(api_key: str | None, api_key_file: Path | None) -> tuple[str, ...]
     return tuple(dict.fromkeys(keys))
 
 
+def read_metrics_key(metrics_key: str | None, metrics_key_file: Path | None) -> str | None:
+    """The key /metrics asks for: from --metrics-key (or LOOKAHEAD_METRICS_KEY), or from the one
+    line of --metrics-key-file, which keeps it out of the process list."""
+    if metrics_key_file is None:
+        return metrics_key
+    if metrics_key is not None:
+        raise ConfigError("--metrics-key and --metrics-key-file each set the metrics key: give one")
+    try:
+        lines = metrics_key_file.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read --metrics-key-file {metrics_key_file}: {exc}") from exc
+    found = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    if len(found) != 1:
+        raise UserError(f"--metrics-key-file {metrics_key_file} must hold one key, found {len(found)}")
+    return found[0]
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -130,7 +147,7 @@ def run_serve(
     alias: str | None = None,
     tags: str | None = None,
     defaults: RequestDefaults | None = None,
-    cors_origins: str = "*",
+    cors_origins: str = "localhost",
     slots_endpoint: bool = True,
     chat_template: str | None = None,
     cache_reuse: int = 0,

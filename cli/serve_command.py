@@ -46,7 +46,14 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     api_key: Annotated[
-        str | None, typer.Option("--api-key", help="Require 'Authorization: Bearer KEY' on every /v1 call.")
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="LOOKAHEAD_API_KEY",
+            show_envvar=False,
+            help="Require 'Authorization: Bearer KEY' on every /v1 call (or set LOOKAHEAD_API_KEY: "
+            "a flag's value is visible to every user of the machine in the process list).",
+        ),
     ] = None,
     api_key_file: Annotated[
         Path | None,
@@ -64,7 +71,18 @@ def serve(
     ] = None,
     index_scope: IndexScopeOption = None,
     metrics_key: Annotated[
-        str | None, typer.Option("--metrics-key", help="The key /metrics asks for (default: any API key).")
+        str | None,
+        typer.Option(
+            "--metrics-key",
+            envvar="LOOKAHEAD_METRICS_KEY",
+            show_envvar=False,
+            help="The key /metrics asks for (default: any API key); or set LOOKAHEAD_METRICS_KEY, "
+            "or use --metrics-key-file.",
+        ),
+    ] = None,
+    metrics_key_file: Annotated[
+        Path | None,
+        typer.Option("--metrics-key-file", help="Read the key /metrics asks for from this file (one line)."),
     ] = None,
     no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding unless a request asks for it.")] = False,
     exact: ServeExactOption = False,
@@ -82,7 +100,7 @@ def serve(
     temp: ServeTempOption = None,
     seed: ServeSeedOption = None,
     n_predict: ServeNPredictOption = None,
-    cors_origins: CorsOriginsOption = "*",
+    cors_origins: CorsOriginsOption = "localhost",
     slots: SlotsOption = True,
     chat_template: ChatTemplateOption = None,
     chat_template_file: ChatTemplateFileOption = None,
@@ -99,7 +117,7 @@ def serve(
     from lookahead.cli.extras import require
 
     require("serve", "serve")  # before anything imports the service's packages
-    from lookahead.cli.serve_cmd import read_keys, run_serve, serve_draft
+    from lookahead.cli.serve_cmd import read_keys, read_metrics_key, run_serve, serve_draft
     from lookahead.models.chat_template import template_source
     from lookahead.server.request_defaults import from_options
 
@@ -119,7 +137,7 @@ def serve(
             shared_index=not no_shared_index,
             index_file=index_file,
             index_scope=index_scope,
-            metrics_key=metrics_key,
+            metrics_key=read_metrics_key(metrics_key, metrics_key_file),
             draft=draft,
             log_level=log_level,
             parallel=parallel,

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lookahead.backend import probe
+from lookahead.backend.grammar_guard import GrammarParser
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig, DraftState
@@ -50,6 +51,8 @@ class Model:
         )
         # what this machine's measurements decide (cost curve, threads, exact limits)
         self.tuning = MachineTuning(backend, cache_dir, self.drafting, cpu)
+        # grammars from requests, checked in a child process before llama.cpp parses them here
+        self.grammars = GrammarParser(backend)
 
     def new_batch(self, slots: LlamaSlots, draft: DraftConfig, *, govern: bool = True) -> Batch:
         """A batched loop over `slots` for requests drafted by `draft`'s settings: its own
@@ -187,6 +190,7 @@ class Model:
         raise AssertionError("generation ended without a Done event")
 
     def close(self) -> None:
+        self.grammars.close()
         self.backend.close()
 
 

@@ -42,3 +42,12 @@ class BackendUnsupported(BackendError):
 
 # What the edges (CLI, server) report as one line instead of a traceback.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (LookaheadError,)
+
+
+def utf8(text: str) -> bytes:
+    """`text` as UTF-8 bytes; UserError for text that has none (a lone surrogate, which JSON's
+    "\\ud800" decodes to), so a client's bad string is its error, not a crash."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserError(f"the text is not valid Unicode: {exc.reason} at character {exc.start}") from None

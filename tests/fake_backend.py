@@ -217,20 +217,21 @@ class FakeMultiModel:
         self.max_used = 0
         self.steps: list[int] = []
         self.forked = 0  # cells copied from one slot to another (`fork`)
+        self.owners: dict[int, str] = {}  # slot -> whose request left its kept tokens
 
     @property
     def n_used(self) -> int:
         return sum(self.slot_used(s) for s in self.ctx)
 
-    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
-        """A free slot: with `cache`, the one whose kept tokens share the longest prefix
-        with `tokens` (those kept), else the lowest free one, emptied."""
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
+        """A free slot: with `cache`, the one whose kept tokens (kept by the same `owner`)
+        share the longest prefix with `tokens` (those kept), else the lowest free one, emptied."""
         free = [s for s in range(self.slots) if s not in self.ctx]
         if not free:
             raise BackendError("no free slot")
 
         def shared(s: int) -> int:
-            old = self.kept.get(s, [])
+            old = self.kept.get(s, []) if self.owners.get(s, "") == owner else []
             k = 0
             while k < min(len(old), len(tokens)) and old[k] == tokens[k]:
                 k += 1
@@ -240,6 +241,7 @@ class FakeMultiModel:
         k = shared(slot) if cache else 0
         self.ctx[slot] = self.kept.pop(slot, [])[:k]
         self.parked[slot] = self.kept_parked.pop(slot, 0) if k else 0
+        self.owners[slot] = owner
         return slot, k
 
     def release(self, slot: int, keep: bool = False) -> None:

@@ -56,3 +56,47 @@ def _object(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     fixed = {k: from_schema(v) for k, v in props.items() if k in required}
     optional = {k: from_schema(v) for k, v in props.items() if k not in required}
     return st.fixed_dictionaries(fixed, optional=optional)
+
+
+# ---- hostile constraints: what a client may send as `grammar`, `json_schema` or `response_format`
+
+
+def _nested_schema(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:
+    for i in range(depth):
+        leaf = {"type": "object", "properties": {f"k{i}": leaf}, "required": [f"k{i}"]} if i % 2 else \
+            {"type": "array", "items": leaf}
+    return leaf
+
+
+_bound = st.sampled_from([0, 1, 3, 1999, 2000, 2001, 16000, 100000, 10**9])
+_leaf_schemas = st.one_of(
+    st.builds(lambda n: {"type": "string", "maxLength": n}, _bound),
+    st.builds(lambda lo, hi: {"type": "string", "minLength": lo, "maxLength": hi}, _bound, _bound),
+    st.builds(lambda lo, hi: {"type": "array", "items": {"type": "integer"}, "minItems": lo, "maxItems": hi},
+              _bound, _bound),
+    st.builds(lambda n, m: {"type": "string", "pattern": f"^(ab|c){{{n},{m}}}x{{{n}}}$"}, _bound, _bound),
+    st.sampled_from([{}, {"type": "integer"}, {"enum": ["a", "b"]}, {"$ref": "#"}, {"$ref": "#/$defs/x"},
+                     {"type": ["string", "null"], "maxLength": -1}, {"type": "string", "pattern": "("}]),
+)
+hostile_schemas = st.builds(_nested_schema, st.sampled_from([0, 1, 5, 60, 300]), _leaf_schemas)
+
+
+def _left_recursive(n: int, alternatives: int) -> str:
+    alt = " | ".join(["a{j}"] * alternatives)
+    rules = "".join(f"a{i} ::= " + alt.format(j=i + 1) + "\n" for i in range(n))
+    return f"root ::= a0\n{rules}a{n} ::= \"x\"\n"
+
+
+def _nested_groups(n: int) -> str:
+    return "root ::= " + '("a" ' * n + ")?" * n
+
+
+hostile_grammars = st.one_of(
+    st.builds(_left_recursive, st.sampled_from([3, 20, 60]), st.sampled_from([1, 2, 3])),
+    st.builds(_nested_groups, st.sampled_from([10, 1000, 5000, 20000])),
+    st.builds(lambda n: f'root ::= "a"{{{n}}}', _bound),
+    st.builds(lambda n: f'root ::= [a-z]{{0,{n}}} "."', _bound),
+    st.sampled_from(["root ::= root", "root ::= x", "root ::= (", "root ::= \"a\" <|im_end|>", "", "  ",
+                     "x ::= \"a\""]),
+    st.text(max_size=200),
+)

@@ -24,9 +24,20 @@ def test_rates_ratio_and_sameness() -> None:
     data = compare_json(drafted, plain)
     assert data["speedup"] == 2.0 and data["same_text"] is True
     assert data["tokens_per_s"] == 50.0 and data["plain_tokens_per_s"] == 25.0
-    line = compare_line(drafted, result("abd", 100, 4.0))
+    line = compare_line(drafted, result("abd", 100, 4.0), greedy=True, exact=False)
     assert "50.0 tokens/s" in line and "25.0 tokens/s" in line and "2.00x" in line and "differ" in line
     assert compare_json(drafted, result("", 0, 0.0))["speedup"] is None  # nothing decoded: no ratio
+
+
+def test_a_difference_says_what_it_means_and_how_to_remove_it() -> None:
+    drafted, same, other = result("abc", 10, 1.0), result("abc", 10, 1.0), result("abd", 10, 1.0)
+    assert compare_line(drafted, same, greedy=True, exact=False).endswith("same text)")
+    greedy = compare_line(drafted, other, greedy=True, exact=False)
+    assert "near tie" in greedy and "--exact gives plain decoding's text" in greedy
+    assert "sampling" not in greedy  # a greedy run drew nothing: the old wording blamed sampling
+    sampled = compare_line(drafted, other, greedy=False, exact=False)
+    assert "samples" in sampled and "--temp 0 --exact: one text" in sampled
+    assert "please report" in compare_line(drafted, other, greedy=True, exact=True)
 
 
 def test_the_baseline_is_the_same_config_without_drafts() -> None:

@@ -61,10 +61,67 @@ def test_an_invalid_grammar_says_what_the_parser_found(smol_model: Any) -> None:
     ],
 )
 def test_a_schema_that_cannot_be_used_is_refused(schema: Any, needle: str) -> None:
-    from lookahead.backend.grammar import GrammarError, schema_to_gbnf
+    from lookahead.backend.grammar import GrammarError
+    from lookahead.backend.json_schema import schema_to_gbnf
 
     with pytest.raises(GrammarError, match=needle.replace("$", "\\$")):
         schema_to_gbnf(schema)
+
+
+@pytest.mark.parametrize(
+    ("schema", "needle"),
+    [
+        ({"type": "string", "maxLength": -1}, "whole number >= 0"),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": "3"}, "whole number >= 0"),
+        ({"type": "string", "minLength": 5, "maxLength": 3}, "more than its maximum"),
+        ({"type": "string", "pattern": "^a{4,2}$"}, "more than its maximum"),
+    ],
+)
+def test_a_bound_that_is_not_a_count_is_refused(schema: Any, needle: str) -> None:
+    from lookahead.backend.grammar import GrammarError
+    from lookahead.backend.json_schema import schema_to_gbnf
+
+    with pytest.raises(GrammarError, match=needle):
+        schema_to_gbnf(schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "maxLength": 100000},
+        {"type": "string", "minLength": 3, "maxLength": 100000},
+        {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 100000},
+        {"type": "string", "pattern": "^a{0,100000}b{1500}$"},
+    ],
+)
+def test_a_large_bound_is_a_repetition_that_llama_cpp_parses(smol_model: Any, schema: dict[str, Any]) -> None:
+    """As llama-server's converter writes it (`x{0,N}`), not N nested groups: llama.cpp's
+    parser recurses once per group, and this many ended the process."""
+    from lookahead.backend.grammar import Grammar
+    from lookahead.backend.json_schema import schema_to_gbnf
+
+    gbnf = schema_to_gbnf(schema)
+    assert len(gbnf) < 2000, len(gbnf)
+    Grammar(smol_model.backend, gbnf).close()
+
+
+def test_greedy_output_keeps_within_a_schema_bound(smol_model: Any) -> None:
+    from lookahead.backend.grammar import Grammar
+    from lookahead.backend.json_schema import schema_to_gbnf
+
+    cases = [
+        ("A long word in quotes:", {"type": "string", "maxLength": 5}, lambda v: isinstance(v, str) and len(v) <= 5),
+        ("Many numbers:", {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+         lambda v: isinstance(v, list) and len(v) <= 3),
+        ("Two or more words:", {"type": "array", "items": {"type": "string", "maxLength": 4}, "minItems": 2,
+                                "maxItems": 3}, lambda v: 2 <= len(v) <= 3 and all(len(w) <= 4 for w in v)),
+    ]
+    for prompt, schema, fits in cases:
+        sampling = SamplingConfig(temperature=0.0, constraint=Grammar(smol_model.backend, schema_to_gbnf(schema)))
+        for draft in (DraftConfig(enabled=False), DraftConfig(adaptive=False, k=4, branches=2, budget=8)):
+            out = smol_model.generate(prompt, max_tokens=60, sampling=sampling, draft=draft)
+            assert out.finish_reason == "stop", (schema, out.text)
+            assert fits(json.loads(out.text)), (schema, out.text)
 
 
 def test_the_grammar_allows_an_end_token_only_where_it_may_end(smol_model: Any) -> None:
@@ -85,7 +142,8 @@ def test_the_grammar_allows_an_end_token_only_where_it_may_end(smol_model: Any) 
 
 
 def test_greedy_with_a_grammar_or_a_schema_equals_plain_decoding_token_for_token(smol_model: Any) -> None:
-    from lookahead.backend.grammar import Grammar, schema_to_gbnf
+    from lookahead.backend.grammar import Grammar
+    from lookahead.backend.json_schema import schema_to_gbnf
 
     cases = [
         ("- item 1\n- item 2\n- item 3\n", LIST),
@@ -109,7 +167,8 @@ def test_greedy_with_a_grammar_or_a_schema_equals_plain_decoding_token_for_token
 
 
 def test_seeded_sampling_with_a_schema_is_the_same_with_and_without_drafts(smol_model: Any) -> None:
-    from lookahead.backend.grammar import Grammar, schema_to_gbnf
+    from lookahead.backend.grammar import Grammar
+    from lookahead.backend.json_schema import schema_to_gbnf
 
     grammar = Grammar(smol_model.backend, schema_to_gbnf(PEOPLE))
     for seed in range(3):

@@ -113,8 +113,8 @@ def test_a_replica_killed_mid_run_loses_no_waiting_request(cluster: Cluster) -> 
     # the running stream ends with an error the client sees at once, not a hang
     assert error is not None and not done and ended_after < 10, (error, done, ended_after)
     # the waiting requests, which had not started, are all answered by other replicas: HAProxy
-    # sends some again itself (retry-on empty-response); others come back as 502, and the
-    # client's one retry lands on another replica
+    # does not resend a request the dead replica had received (it may have killed it), so they
+    # come back as 502, and the client's one retry lands on another replica
     assert len(results) == 3 and all(code == 200 and who != victim for code, who, _ in results), results
     assert all(retries <= 1 for *_, retries in results), results
     # the dead replica's tenants are served elsewhere, each on one new replica

@@ -208,10 +208,14 @@ def test_cors_lets_a_browser_page_call_the_service(server: Running) -> None:
         assert pre.headers["access-control-allow-credentials"] == "true"
         assert pre.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
         assert pre.headers["access-control-allow-headers"] == "*"
-        r = c.get("/health", headers={"Origin": "http://example.org"})
-        assert r.headers["access-control-allow-origin"] == "http://example.org"
+        r = c.get("/health", headers={"Origin": "http://localhost:3000"})
+        assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
         # the names as llama-server capitalizes them (some clients compare them as written)
         assert b"Access-Control-Allow-Origin" in [k for k, _ in r.headers.raw]
+        # by default a page elsewhere gets no CORS header, and cannot make the model work
+        assert "access-control-allow-origin" not in c.get("/health", headers={"Origin": "http://example.org"}).headers
+        r = c.post("/completion", json={"prompt": PROMPT, "n_predict": 1}, headers={"Origin": "http://example.org"})
+        assert r.status_code == 403
 
 
 def test_an_image_in_a_chat_is_a_400_not_ignored(server: Running) -> None:

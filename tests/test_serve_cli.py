@@ -121,6 +121,33 @@ def test_keys_from_flag_and_file(tmp_path: Path) -> None:
     assert lookahead.cli.serve_cmd.read_keys(None, None) == ()
 
 
+def test_secrets_come_from_files_or_the_environment_not_only_argv(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A key on the command line is visible in `ps` and `docker inspect`: the API key and the
+    metrics key can come from the environment or from a file instead."""
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(lookahead.cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
+    env = {"LOOKAHEAD_API_KEY": "from-env", "LOOKAHEAD_METRICS_KEY": "metrics-from-env"}
+    assert runner.invoke(app, ["serve"], env=env).exit_code == 0
+    assert seen["keys"] == ("from-env",) and seen["metrics_key"] == "metrics-from-env"
+    key_file = tmp_path / "metrics-key"
+    key_file.write_text("# the scraper's key\nmetrics-from-file\n")
+    result = runner.invoke(app, ["serve", "--metrics-key-file", str(key_file)], env={"LOOKAHEAD_METRICS_KEY": ""})
+    assert result.exit_code == 0, result.output
+    assert seen["metrics_key"] == "metrics-from-file"
+
+
+def test_a_metrics_key_file_that_is_missing_empty_or_doubled(no_serve: None, tmp_path: Path) -> None:
+    missing = ["serve", "--metrics-key-file", str(tmp_path / "none")]
+    assert "cannot read --metrics-key-file" in error_line(runner.invoke(app, missing))
+    two = tmp_path / "two"
+    two.write_text("a\nb\n")
+    assert "must hold one key" in error_line(runner.invoke(app, ["serve", "--metrics-key-file", str(two)]))
+    both = ["serve", "--metrics-key", "k", "--metrics-key-file", str(two)]
+    assert "give one" in error_line(runner.invoke(app, both))
+
+
 def test_loopback_is_told_apart() -> None:
     assert all(map(lookahead.cli.serve_cmd.is_loopback, ["127.0.0.1", "localhost", "::1", "127.0.0.2"]))
     assert not any(map(lookahead.cli.serve_cmd.is_loopback, ["0.0.0.0", "192.168.1.10", "example.org"]))

@@ -18,7 +18,7 @@ A model without FIM tokens cannot do this: `FimUnsupported` says which are missi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from lookahead.apps.complete import FimVocab
@@ -55,9 +55,38 @@ class Chunk:
 @dataclass(frozen=True)
 class InfillPrompt:
     tokens: list[int]  # what the model reads
-    suffix_tokens: list[int]  # the whole suffix (a draft source even where it was cut)
-    extra_tokens: list[list[int]]  # each chunk's text, whole (draft sources likewise)
+    suffix_tokens: list[int]  # the suffix, as far as `clip` kept it (a draft source even where it was cut)
+    extra_tokens: list[list[int]]  # each kept chunk's text (draft sources likewise)
     cut: int  # tokens of prefix, suffix and chunks left out to fit
+    prefix_tokens: list[int] = field(default_factory=list)  # the prefix, as far as `clip` kept it
+
+
+# When a text is far longer than the context, it is cut before it is tokenized, taking a
+# token to cover at most this many characters: what lies beyond could not fit in the
+# prompt anyway, and tokenizing or indexing it would cost time in proportion to the text
+# (a 5 MB suffix: seconds), not to the context.
+CHARS_PER_TOKEN = 16
+
+
+def clip(prefix: str, suffix: str, extra: Sequence[Chunk], n_ctx: int) -> tuple[str, str, list[Chunk]]:
+    """The parts of a FIM request's texts that could reach a prompt of `n_ctx` tokens: the
+    end of the prefix, the start of the suffix (each cut at a line's edge, so the kept
+    lines tokenize as they would whole), and the last chunks (the ring's most recent)."""
+    budget = max(1, n_ctx) * CHARS_PER_TOKEN
+    if len(prefix) > budget:
+        tail = prefix[-budget:]
+        prefix = tail[tail.find("\n") + 1 :]
+    if len(suffix) > budget:
+        head = suffix[:budget]
+        suffix = head[: head.rfind("\n") + 1] or head
+    kept: list[Chunk] = []
+    room = budget
+    for chunk in reversed(extra):
+        room -= len(chunk.text) + len(chunk.filename)
+        if room < 0:
+            break
+        kept.append(chunk)
+    return prefix, suffix, kept[::-1]
 
 
 def fim_tokens(vocab: FimVocab) -> tuple[int, int, int]:
@@ -87,6 +116,7 @@ def infill_prompt(
     (< 0: no limit, as llama.cpp reads it). Raises FimUnsupported without FIM tokens."""
     pre, suf, mid = fim_tokens(vocab)
     rep, sep = vocab.fim_rep(), vocab.fim_sep()
+    prefix, suffix, extra = clip(prefix, suffix, extra, n_ctx)
 
     def tok(text: str) -> list[int]:
         return vocab.tokenize(text, add_special=False)
@@ -128,7 +158,7 @@ def infill_prompt(
         mid,
     ]
     cut = len(prefix_tokens) - n_prefix + len(suffix_tokens) - n_suffix + len(extra_tokens) - n_extra
-    return InfillPrompt(tokens, suffix_tokens, chunk_tokens, cut)
+    return InfillPrompt(tokens, suffix_tokens, chunk_tokens, cut, prefix_tokens)
 
 
 def indent_cut(text: str, n_indent: int) -> int | None:

@@ -8,14 +8,13 @@ tokens and reads back which it set to -inf; `accept(token)` advances the grammar
 are made once per state and reused (numpy views of the C structs), so a check costs the
 grammar's own work and a copy of the ids.
 
-`schema_to_gbnf(schema)` turns a JSON schema into GBNF with llama-cpp-python's port of
-llama.cpp's converter (the same rules llama-server uses for `json_schema`).
+JSON schemas become GBNF in `lookahead.backend.json_schema`; a service parses grammars it
+does not trust through `lookahead.backend.grammar_guard`.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import sys
 import tempfile
@@ -25,7 +24,6 @@ from typing import Any
 import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from lookahead.backend.llama import LlamaVocab, _last_log_error, _log_lines
 from lookahead.errors import BackendError, UserError
@@ -50,6 +48,14 @@ class Grammar:
         if not smpl:
             raise GrammarError(f"the grammar is not valid GBNF: {_parse_error(said)}")
         self._smpl = smpl
+
+    @classmethod
+    def from_sampler(cls, vocab: LlamaVocab, smpl: Any) -> Grammar:
+        """A Grammar around a grammar sampler parsed elsewhere (it is freed with the Grammar)."""
+        grammar = cls.__new__(cls)
+        grammar._vocab = vocab
+        grammar._smpl = smpl
+        return grammar
 
     def __call__(self) -> GrammarConstraint:
         """A new state at the grammar's start (a copy of the parsed one: no parsing again)."""
@@ -151,29 +157,3 @@ def _parse_error(said: str) -> str:
         return what if len(what) <= 200 else what[:200] + "..."
     lines = [ln.strip() for ln in _log_lines if ln.strip()]
     return lines[-1] if lines else _last_log_error()
-
-
-def schema_to_gbnf(schema: Any) -> str:
-    """GBNF for a JSON schema (an object; `{}` is any JSON value). GrammarError for what is
-    not a usable schema. References must be local (`#/...`): a remote one would be fetched."""
-    if not isinstance(schema, dict):
-        raise GrammarError(f"a JSON schema is an object, got {type(schema).__name__}")
-    _local_refs_only(schema)
-    try:
-        return json_schema_to_gbnf(json.dumps(schema))
-    except RecursionError as exc:
-        raise GrammarError("the JSON schema nests too deeply") from exc
-    except Exception as exc:  # the converter raises what it meets: assertions, key and type errors
-        raise GrammarError(f"the JSON schema cannot be turned into a grammar: {exc or type(exc).__name__}") from exc
-
-
-def _local_refs_only(node: Any) -> None:
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
-            raise GrammarError(f"only local $ref (#/...) are supported in a JSON schema, got {ref!r}")
-        for value in node.values():
-            _local_refs_only(value)
-    elif isinstance(node, list):
-        for value in node:
-            _local_refs_only(value)

@@ -222,7 +222,7 @@ class KVSlot:
     # ---- lifetime -----------------------------------------------------------------------
     def forget(self) -> None:
         """Empty the bookkeeping (the caller freed the cells, e.g. by clearing the context)."""
-        self.n_past = self.parked = 0
+        self.n_past = self.parked = self.shifted = 0
         self.cache_tokens = []
         self.layout = None
 

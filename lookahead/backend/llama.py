@@ -27,7 +27,7 @@ from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.backend.llama_batch import Batch as _Batch
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
-from lookahead.errors import BackendError, Interrupted
+from lookahead.errors import BackendError, Interrupted, utf8
 from lookahead.models.chat_template import ChatTemplate
 
 _LOG_KEEP = 20
@@ -126,7 +126,7 @@ class LlamaVocab:
 
     # ---- vocabulary -----------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        data = text.encode("utf-8")
+        data = utf8(text)  # UserError for a lone surrogate
         cap = len(data) + 16
         buf = (ll.llama_token * cap)()
         n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)

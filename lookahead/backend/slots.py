@@ -75,6 +75,7 @@ class LlamaSlots:
             s.shift_min = self.shift_min
         self._busy = [False] * slots
         self._last_use = [0] * slots  # when each slot was last taken (least recently used first)
+        self._owner = [""] * slots  # whose request wrote each slot's cached cells (`acquire`)
         self._uses = 0
         self.cache_hits = 0  # requests that reused cached cells
         self.tokens_cached = 0  # prompt tokens they did not decode again
@@ -118,26 +119,31 @@ class LlamaSlots:
         """Whether llama.cpp still holds a cell of any of the slot's ids (tests: no leaks)."""
         return self._slots[slot].holds_cells()
 
-    def best_slot(self, tokens: Sequence[int]) -> int:
+    def best_slot(self, tokens: Sequence[int], owner: str = "") -> int:
         """The free slot whose cached tokens share the longest prefix with `tokens` (with KV
         shift, counting the runs it would move), where that reuses more than it evicts;
-        else an empty or the least recently used slot (`kv_cache.choose_slot`). BackendError if none is free."""
+        else an empty or the least recently used slot (`kv_cache.choose_slot`). Only
+        `owner`'s cached cells count. BackendError if none is free."""
         free = [k for k in range(self.slots) if not self._busy[k]]
         if not free:
             raise BackendError("every slot is in use")
-        caches = [s.cache_tokens for s in self._slots]
+        caches = [s.cache_tokens if self._owner[k] == owner else () for k, s in enumerate(self._slots)]
         return choose_slot(caches, free, self._last_use, tokens, self.shift_min)
 
-    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
         """Take a free slot for a request whose committed prompt will be `tokens`: with
         `cache`, the one sharing the longest prefix, keeping those cells (`KVSlot.reuse`);
-        else the least recently used, emptied. Returns (slot, tokens kept)."""
-        k = self.best_slot(tokens if cache else ())
+        else the least recently used, emptied. Cells cached by another `owner` (another API
+        key's request) are never reused: a tenant must not learn another's prompt from
+        what was cached. Returns (slot, tokens kept)."""
+        k = self.best_slot(tokens if cache else (), owner)
         self._busy[k] = True
         self._uses += 1
         self._last_use[k] = self._uses
         s = self._slots[k]
-        if not cache:
+        foreign = self._owner[k] != owner
+        self._owner[k] = owner
+        if not cache or foreign:
             s.clear()
             return k, 0
         kept = s.reuse(tokens)

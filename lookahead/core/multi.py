@@ -60,10 +60,11 @@ class MultiVerifier(Protocol):
     @property
     def n_used(self) -> int: ...
 
-    def acquire(self, tokens: Sequence[int] = (), cache: bool = False) -> tuple[int, int]:
+    def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
         """A free slot for a request whose committed prompt will be `tokens`; with `cache`
-        the one whose cells share the longest prefix with them, those cells kept; else one
-        emptied. Returns (slot, tokens kept); BackendError if none is free."""
+        the one whose cells (cached by the same `owner`) share the longest prefix with
+        them, those cells kept; else one emptied. Returns (slot, tokens kept); BackendError
+        if none is free."""
         ...
 
     def release(self, slot: int, keep: bool = False) -> None:
@@ -73,9 +74,7 @@ class MultiVerifier(Protocol):
 
     def slot_past(self, slot: int) -> int: ...
 
-    def slot_shifted(self, slot: int) -> int:
-        """Of the tokens `acquire` kept for `slot`, those moved to new positions (KV shift)."""
-        ...
+    def slot_shifted(self, slot: int) -> int: ...  # of the tokens `acquire` kept, those moved (KV shift)
 
     def fork(self, src: int, dst: int, n: int) -> None:
         """Give the taken, empty slot `dst` the first `n` committed cells of slot `src`."""
@@ -112,6 +111,7 @@ class BatchRequest(Request):
         self.prefilled = 0  # prompt tokens (of prompt[:-1]) in the slot's cache so far
         self.started = False  # prefill done, drafter told the prompt
         self.cache_prompt = False  # reuse a slot's cached prefix, and leave the cells cached after
+        self.cache_owner = ""  # whose cached cells it may reuse (an API key's tenant; "" without keys)
         self.warm_up = False  # prefill only (an editor's n_predict 0): ends, cached, once its prompt is in
         # a sibling with the same prompt (another choice of one request): this one waits for
         # its prompt to be in, then starts from a copy of those cells instead of its own prefill
@@ -248,7 +248,7 @@ class Batch:
                 req.prefilled = shared_prefix(parent.prompt[:-1], req.prompt[:-1])
                 v.fork(parent.slot, req.slot, req.prefilled)
             else:
-                req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt)
+                req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt, owner=req.cache_owner)
                 req.stats.tokens_shifted = v.slot_shifted(req.slot) if req.prefilled else 0
             req.stats.tokens_cached = req.prefilled
             req.t_admit = self.clock()

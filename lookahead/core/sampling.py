@@ -83,11 +83,13 @@ def penalize(logits: npt.NDArray[np.float32], recent: Sequence[int], penalty: fl
 
 
 def bias_logits(logits: npt.NDArray[np.float32], bias: Sequence[tuple[int, float]]) -> npt.NDArray[np.float32]:
-    """`logits` with each (token, bias) added, on a copy; ids past the row are skipped."""
+    """`logits` with each (token, bias) added, on a copy; ids past the row are skipped
+    (a token listed twice gets both biases, in one vectorised add)."""
     out = np.array(logits, dtype=np.float32, copy=True)
-    for tok, b in bias:
-        if tok < len(out):
-            out[tok] += np.float32(b)
+    ids = np.fromiter((t for t, _ in bias), dtype=np.int64, count=len(bias))
+    values = np.fromiter((b for _, b in bias), dtype=np.float32, count=len(bias))
+    inside = ids < len(out)
+    np.add.at(out, ids[inside], values[inside])
     return out
 
 
@@ -111,6 +113,7 @@ def top_logprobs(logits: npt.NDArray[np.float32], n: int) -> tuple[npt.NDArray[n
     logp = row - peak - math.log(np.exp(row - peak).sum())
     n = min(n, len(row))
     ids = np.argpartition(-logp, n - 1)[:n]
+    ids = ids[np.isfinite(logp[ids])]  # a token that cannot be drawn is no candidate (nor valid JSON)
     return logp, ids[np.lexsort((ids, -logp[ids]))]
 
 

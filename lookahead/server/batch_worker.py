@@ -98,7 +98,13 @@ class BatchWorker(WorkerBase):
         self._req_of[id(job)] = req
 
     def _request(self, job: Job) -> BatchRequest:
-        """The job as a batch request: the pieces `Model.stream` builds for one generation."""
+        """The job as a batch request: the pieces `Model.stream` builds for one generation;
+        it reuses only cached cells its own API key's requests left (`Job.owner`)."""
+        req = self._new_request(job)
+        req.cache_owner = job.owner  # read when it takes a slot, at a later step
+        return req
+
+    def _new_request(self, job: Job) -> BatchRequest:
         if job.warm_up:  # n_predict 0: the prompt into a slot's cache, nothing written
             return self.batch.add(job.tokens, GenerationConfig(1), warm_up=True)
         # another choice of the same request: its slot starts from a copy of the first

@@ -42,9 +42,13 @@ class ServeConfig:
     metrics_key: str | None = None  # the key /metrics asks for; None: any API key (open when there is none)
     replica_id: str = ""  # X-Lookahead-Replica and /metrics; empty: the host's name
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # for fields a request leaves out
-    # origins a browser page may call from: "*" = any (echoed back), "localhost" = pages on
-    # this machine, else the exact origins listed (`compat.Cors`)
-    cors_origins: tuple[str, ...] = ("*",)
+    # origins a browser page may call from: "localhost" = pages on this machine (the
+    # default), "*" = any (echoed back, never with credentials), else the exact origins
+    # listed; a POST from any other page is a 403 (`compat.Cors`)
+    cors_origins: tuple[str, ...] = ("localhost",)
+    # seconds a token stream may stay silent (queued, reading its prompt) before it sends an
+    # SSE comment, so that proxies' idle timeouts do not cut it; 0: never
+    stream_ping: float = 15.0
     slots_endpoint: bool = True  # GET /slots (off: 501, as llama-server with --no-slots)
     # the chat template's Jinja source (--chat-template, resolved at the edge); None: the model's own
     chat_template: str | None = None

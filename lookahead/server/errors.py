@@ -106,7 +106,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON", None
-    msg = str(first.get("msg", "invalid value"))
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     return (f"{param}: {msg}" if param else msg), param
 
 

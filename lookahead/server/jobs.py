@@ -10,6 +10,7 @@ failure is logged and never turns a finished answer into an error).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import threading
@@ -56,6 +57,8 @@ class Job:
     # cells cached when it ends (off: a cold start, and every cell freed at the end)
     cache_prompt: bool = False
     progress: bool = False  # Progress events while the prompt goes in (`return_progress`)
+    # whose cached KV cells this request may reuse: its API key's (`cache_owner`); "" without keys
+    owner: str = ""
     sibling_of: Job | None = None  # another choice of the same request (same prompt), queued before this one
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -73,6 +76,12 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+
+def cache_owner(api_key: str | None) -> str:
+    """The prompt cache's name for a caller: a hash of its API key ("" without keys), so a
+    request reuses only cells its own key's requests left (the key itself is not kept)."""
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()[:32] if api_key else ""
 
 
 class WorkerBase:

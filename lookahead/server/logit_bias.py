@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lookahead.server.errors import APIError
+from lookahead.server.request_limits import LOGIT_BIAS, check
 
 Bias = tuple[tuple[int, float], ...]
 
@@ -54,6 +55,7 @@ def parse_logit_bias(value: Any, tokenize: Callable[[str], list[int]], n_vocab: 
             out.extend((tok, bias) for tok in tokenize(key))
         else:
             raise APIError(400, f"logit_bias: a token must be an id or a text, got {key!r}", param="logit_bias")
+        check(LOGIT_BIAS, len(out))  # texts count as the tokens they stand for
     return tuple(out)
 
 

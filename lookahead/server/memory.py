@@ -11,9 +11,12 @@ stream, tagged SOURCE_SHARED so the controller calibrates it on its own).
 
 Tables are rebuilt after each request on a background thread (about 0.2 s per 20k tokens)
 and swapped in whole, so a request never waits for them and never sees half of them.
-With `path`, the documents are saved there (atomically: a temporary file, then a rename;
-readable by its owner only) and loaded at start; a file that does not parse, or was
-written for another tokenizer, is set aside and the memory starts empty.
+With `path`, the documents are saved there (atomically and durably: a temporary file,
+flushed to disk, renamed over the old one, then the directory flushed, so a crash or a power
+cut leaves the old file or the new one, never an empty one; readable by its owner only) and
+loaded at start; a save that fails (a full disk, a read-only volume) is tried again
+`retry_after` seconds later, doubling up to a minute, until one succeeds. A file that does
+not parse, or was written for another tokenizer, is set aside and the memory starts empty.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,12 +56,29 @@ def partition_of(api_key: str | None, secret: bytes = b"") -> str:
     return hmac.new(secret, (api_key or "").encode(), hashlib.sha256).hexdigest()[:32]
 
 
+RETRY_MAX = 60.0  # seconds between attempts to save, at most
+
+
 def _write_private(path: Path, data: bytes) -> None:
-    """Write `path` readable by its owner only (0600), whatever the umask."""
+    """Write `path` readable by its owner only (0600), whatever the umask, and flush it to disk."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         os.fchmod(f.fileno(), 0o600)
         f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    """Flush a directory's entries (a rename in it) to disk; where directories cannot be
+    opened (Windows), the rename is as durable as the system makes it."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_secret(path: Path | None) -> bytes:
@@ -96,6 +117,7 @@ class SharedIndex:
         max_tokens: int = 65536,
         max_requests: int = 256,
         path: Path | None = None,
+        retry_after: float = 5.0,
     ) -> None:
         if max_tokens < 1 or max_requests < 1:
             raise UserError("the shared index needs max_tokens >= 1 and max_requests >= 1")
@@ -103,6 +125,9 @@ class SharedIndex:
         self.max_tokens = max_tokens
         self.max_requests = max_requests
         self.path = path
+        self.retry_after = retry_after  # seconds before a failed save is tried again (doubling)
+        self._retry_at: float | None = None  # when the next attempt after a failed save is due
+        self._failures = 0
         self._secret = load_secret(path.with_name(path.name + ".secret") if path is not None else None)
         self._parts: dict[str, _Partition] = {}
         self._lock = threading.Lock()
@@ -170,12 +195,21 @@ class SharedIndex:
         while True:
             with self._lock:
                 self._wake.wait_for(
-                    lambda: self._stop or any(p.built != p.version for p in self._parts.values())
+                    lambda: self._stop or self._save_due() or any(p.built != p.version for p in self._parts.values()),
+                    timeout=self._until_retry(),
                 )
                 if self._stop:
                     return
-                name, part = next((n, p) for n, p in self._parts.items() if p.built != p.version)
-                version, docs = part.version, list(part.docs)
+                stale = next(((n, p) for n, p in self._parts.items() if p.built != p.version), None)
+                if stale is None:
+                    retry = self._save_due()
+                else:
+                    name, part = stale
+                    version, docs = part.version, list(part.docs)
+            if stale is None:
+                if retry:
+                    self.save()  # the last save failed: try again
+                continue
             index = None
             if docs:
                 try:
@@ -190,12 +224,20 @@ class SharedIndex:
                 self.save()
 
     # ---- persistence ------------------------------------------------------------------
-    def save(self) -> None:
+    def _save_due(self) -> bool:
+        return self._retry_at is not None and time.monotonic() >= self._retry_at
+
+    def _until_retry(self) -> float | None:
+        return None if self._retry_at is None else max(0.0, self._retry_at - time.monotonic())
+
+    def save(self) -> bool:
+        """Write the documents to the index file, if they changed; False when that failed (the
+        rebuild thread then tries again later)."""
         if self.path is None:
-            return
+            return True
         with self._lock:
             if not self._dirty:
-                return
+                return True
             data = {
                 "format": FORMAT,
                 "tokenizer": self.tokenizer_id,
@@ -207,10 +249,22 @@ class SharedIndex:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _write_private(tmp, json.dumps(data).encode("utf-8"))
             os.replace(tmp, self.path)
+            _sync_dir(self.path.parent)
         except OSError as exc:
-            log.warning("could not save the shared index to %s: %s", self.path, exc)
             with contextlib.suppress(OSError):
                 tmp.unlink()
+            with self._lock:
+                self._dirty = True  # still to be saved
+                wait = min(self.retry_after * 2**self._failures, RETRY_MAX)
+                self._failures += 1
+                self._retry_at = time.monotonic() + wait
+                self._wake.notify_all()
+            log.warning("could not save the shared index to %s (%s); trying again in %.0f s", self.path, exc, wait)
+            return False
+        with self._lock:
+            self._failures = 0
+            self._retry_at = None
+        return True
 
     def _load(self, path: Path) -> None:
         if not path.exists():

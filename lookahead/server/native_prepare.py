@@ -56,10 +56,12 @@ def fim_tokens_and_sources(
         fim = infill_prompt(model.backend, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx, n_predict=n_predict)
     except FimUnsupported as exc:
         raise APIError(400, str(exc), param="model", code="fim_not_supported") from exc
+    # the draft sources cover at most a context's worth of each text (`fim.clip` cut the
+    # texts before tokenizing): their cost follows the context, not the request's size
     sources: list[DraftSource] = []
     if fim.suffix_tokens:
-        sources.append(PredictionIndex(fim.suffix_tokens, aligned=False))
-    before = model.backend.tokenize(prefix + prompt, add_special=False)
+        sources.append(PredictionIndex(fim.suffix_tokens[:n_ctx], aligned=False))
+    before = fim.prefix_tokens[-n_ctx:] + (model.backend.tokenize(prompt, add_special=False) if prompt else [])
     corpus = code_corpus([before, *fim.extra_tokens])
     if corpus is not None:
         sources.append(corpus)
@@ -132,7 +134,9 @@ def draft_config(base: DraftConfig, body: NativeRequest) -> DraftConfig:
     return replace(base, **{k: v for k, v in opts.model_dump().items() if v is not None})
 
 
-def make_job(prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: asyncio.AbstractEventLoop) -> Job:
+def make_job(
+    prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
+) -> Job:
     try:
         sampling = body.sampling()
         draft = draft_config(base, body)
@@ -148,6 +152,7 @@ def make_job(prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: a
         loop=loop,
         cache_prompt=body.cache_prompt,  # llama.cpp's default: on (keep this prompt's cells for the next)
         progress=body.stream and body.return_progress,
+        owner=owner,
     )
 
 

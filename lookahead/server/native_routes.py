@@ -24,12 +24,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lookahead.core.engine import Progress, Stats
+from lookahead.errors import UserError
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
-from lookahead.server.jobs import Job
+from lookahead.server.jobs import Job, cache_owner
+from lookahead.server.keepalive import with_pings
 from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import Prepared, make_job, prepare
+from lookahead.server.native_prepare import Prepared, draft_config, make_job, prepare
 from lookahead.server.native_run import Watch, follow
 from lookahead.server.native_schemas import (
     CompletionRequest,
@@ -39,7 +41,7 @@ from lookahead.server.native_schemas import (
     TokenizeRequest,
 )
 from lookahead.server.native_shape import NativeShape, Outcome, pick_fields, text_of
-from lookahead.server.prepare import admission
+from lookahead.server.prepare import admission, refuse_exact_in_batch
 from lookahead.server.service import Service
 
 router = APIRouter()
@@ -61,7 +63,16 @@ async def completion(body: CompletionRequest, request: Request, caller: Caller) 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
     vocab = model_of(ready(request)).backend
-    tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    # off the event loop: up to the body limit of text, and a piece per token with_pieces
+    return await run_in_threadpool(tokenized, vocab, body)
+
+
+def tokenized(vocab: Any, body: TokenizeRequest) -> dict[str, Any]:
+    """`/tokenize`'s answer (APIError 400 for text that is not valid Unicode)."""
+    try:
+        tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    except UserError as exc:
+        raise APIError(400, str(exc), param="content") from exc
     if not body.with_pieces:
         return {"tokens": tokens}
     pieces = []
@@ -82,7 +93,7 @@ async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) 
     bad = [t for t in body.tokens if not 0 <= t < n_vocab]
     if bad:
         raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
-    return {"content": text_of(model, body.tokens, special=True)}
+    return {"content": await run_in_threadpool(text_of, model, body.tokens, True)}
 
 
 @router.get("/props")
@@ -169,6 +180,11 @@ async def answer(
     if body.stream and n > 1:
         raise APIError(400, "several prompts or n_cmpl > 1 are not supported with stream", param="n_cmpl")
 
+    try:  # before any work: the same refusal as OpenAI's routes
+        refuse_exact_in_batch(draft_config(service.config.draft, body), worker.capacity)
+    except UserError as exc:
+        raise APIError(400, str(exc), param="lookahead") from exc
+
     def prepare_all() -> list[Prepared]:
         with admission():
             worker.check_room()  # 429 before any work
@@ -202,8 +218,8 @@ async def answer(
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
-    jobs = [make_job(p, body, service.config.draft, loop) for p in prepared]
-    bias = model_bias(model, body.logit_bias)
+    jobs = [make_job(p, body, service.config.draft, loop, owner=cache_owner(caller)) for p in prepared]
+    bias = await run_in_threadpool(model_bias, model, body.logit_bias)  # texts are tokenized
     for job in jobs if bias or constraint else []:
         job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
     k = body.completions()
@@ -214,8 +230,14 @@ async def answer(
             job.sibling_of = jobs[i - i % k]  # with --parallel: a copy of the first one's prompt cells
             if seed is not None:
                 job.sampling = replace(job.sampling, seed=seed + i % k)
-    for job in jobs:
-        submit(service, job)
+    try:
+        with admission():  # a 429 part-way cancels what this request already queued
+            for job in jobs:
+                worker.submit(job)
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise
 
     def follow_job(job: Job, p: Prepared, stream: bool) -> AsyncIterator[Any]:
         watch = Watch(body.n_indent, body.t_max_predict_ms)
@@ -236,12 +258,10 @@ async def answer(
         raise APIError(503, "the generation was cancelled")
 
     if body.stream:
-        return StreamingResponse(
-            stream_lines(
-                follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
-            ),
-            media_type="text/event-stream",
+        lines = stream_lines(
+            follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
         )
+        return StreamingResponse(with_pings(lines, service.config.stream_ping), media_type="text/event-stream")
     try:
         outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
     finally:
@@ -250,11 +270,6 @@ async def answer(
     service.metrics.requests.labels(endpoint, "200").inc()
     bodies = [pick_fields(s.final(o), body.response_fields) for s, o in zip(shapes, outcomes, strict=True)]
     return JSONResponse(bodies[0] if n == 1 else bodies)
-
-
-def submit(service: Service, job: Job) -> None:
-    with admission():
-        worker_of(service).submit(job)
 
 
 def remember(service: Service, partition: str, job: Job, out: Outcome) -> None:

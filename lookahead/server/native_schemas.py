@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from lookahead.core.sampling import SamplingConfig
+from lookahead.server import request_limits as limits
 from lookahead.server.schemas import LookaheadOptions
 from lookahead.server.unsupported import refuse_unsupported
 
@@ -25,7 +26,7 @@ DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
-MAX_COMPLETIONS = 4  # n_cmpl: llama.cpp allows up to its slot count, 4 by default
+MAX_COMPLETIONS = limits.COMPLETIONS.most  # n_cmpl: llama.cpp allows up to its slot count, 4 by default
 
 # The samplers of llama.cpp's chain this service applies when a request lists them (it
 # applies them in its own fixed order; see `lookahead.core.sampling`). The rest of
@@ -71,6 +72,36 @@ class NativeRequest(BaseModel):
     lookahead: LookaheadOptions | None = None
 
     _refuse = field_validator("grammar_lazy")(refuse_unsupported)
+
+    @field_validator("n_probs")
+    @classmethod
+    def _n_probs(cls, v: int) -> int:
+        limits.bounded(limits.N_PROBS, v)
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: list[str] | str | None) -> list[str] | str | None:
+        limits.bounded(limits.STOP, len(v) if isinstance(v, list) else 1)
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_entries(cls, v: Any) -> Any:
+        limits.bounded(limits.LOGIT_BIAS, len(v) if isinstance(v, list | dict) else 0)
+        return v
+
+    @field_validator("grammar")
+    @classmethod
+    def _grammar_size(cls, v: str | None) -> str | None:
+        limits.bounded(limits.GRAMMAR, limits.text_size(v))
+        return v
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_size(cls, v: Any) -> Any:
+        limits.bounded(limits.SCHEMA, limits.json_size(v))
+        return v
 
     @model_validator(mode="after")
     def _alias_limits(self) -> NativeRequest:
@@ -121,6 +152,19 @@ class InfillRequest(NativeRequest):
     input_extra: list[ExtraChunk] = Field(default_factory=list)
     prompt: StrictStr = ""
 
+    @field_validator("input_extra")
+    @classmethod
+    def _extra_chunks(cls, v: list[ExtraChunk]) -> list[ExtraChunk]:
+        limits.bounded(limits.INPUT_EXTRA, len(v))
+        return v
+
+    @model_validator(mode="after")
+    def _fim_text(self) -> InfillRequest:
+        size = len(self.input_prefix) + len(self.input_suffix) + len(self.prompt)
+        total = size + sum(len(c.text) + len(c.filename) for c in self.input_extra)
+        limits.bounded(limits.FIM_TEXT, total, "input_prefix + input_suffix + input_extra + prompt")
+        return self
+
 
 Prompt = str | list[int | str]  # one prompt: text, token ids, or a mix of both
 
@@ -153,7 +197,7 @@ class CompletionRequest(NativeRequest):
     def _prompts_readable(cls, v: Any) -> Any:
         if isinstance(v, list) and not v:
             raise ValueError("the prompt is empty")
-        cls.split(v)
+        limits.bounded(limits.PROMPTS, len(cls.split(v)))
         return v
 
     @staticmethod

@@ -24,7 +24,7 @@ from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
 from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError, context_exceeded
-from lookahead.server.jobs import Job, QueueFull, ShuttingDown
+from lookahead.server.jobs import Job, QueueFull, ShuttingDown, cache_owner
 from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import openai_prompt
 from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
@@ -103,16 +103,7 @@ def prepare(
         draft = draft_config(config.draft, body)
     except UserError as exc:
         raise APIError(400, str(exc), param="lookahead") from exc
-    if draft.exact and worker.capacity > 1:
-        # Refused rather than served through a one-slot path: serving it exactly would mean
-        # draining the batch (every other client waits for this one), and answering from the
-        # batch is not exact (neighbours' cells change the kernels' summation order).
-        raise APIError(
-            400,
-            "lookahead.exact needs a server started with --parallel 1: in a batch of requests the "
-            "output is not bit-identical to plain decoding",
-            param="lookahead.exact",
-        )
+    refuse_exact_in_batch(draft, worker.capacity)
     sources: list[DraftSource] = list(own_sources)
     predicted = prediction_tokens(model, body, n_ctx, len(tokens))
     if predicted:
@@ -140,7 +131,23 @@ def prepare(
         predicted=predicted,
         cache_prompt=body.cache_prompt,  # exact mode starts cold all the same (`Model.stream`)
         progress=body.stream and body.return_progress,
+        owner=cache_owner(caller),
     )
+
+
+def refuse_exact_in_batch(draft: DraftConfig, capacity: int) -> None:
+    """400 for `exact` on a server that decodes requests in batches (every route asks here).
+
+    Refused rather than served through a one-slot path: serving it exactly would mean
+    draining the batch (every other client waits for this one), and answering from the
+    batch is not exact (neighbours' cells change the kernels' summation order)."""
+    if draft.exact and capacity > 1:
+        raise APIError(
+            400,
+            "lookahead.exact needs a server started with --parallel 1: in a batch of requests the "
+            "output is not bit-identical to plain decoding",
+            param="lookahead.exact",
+        )
 
 
 def draft_config(base: DraftConfig, body: _Common) -> DraftConfig:

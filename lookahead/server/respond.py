@@ -58,7 +58,7 @@ async def serve(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
-            sse(jobs, shape, include_usage, service.metrics, endpoint), ping=15, send_timeout=60
+            sse(jobs, shape, include_usage, service.metrics, endpoint), ping=service.config.stream_ping, send_timeout=60
         )
     try:
         results = await asyncio.gather(*(collect(job, request) for job in jobs))

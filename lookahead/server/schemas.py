@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lookahead.server import request_limits as limits
 from lookahead.server.unsupported import refuse_unsupported
 
-MAX_STOPS = 4  # OpenAI's limit on stop sequences
-MAX_CHOICES = 4  # choices per request (`n`), as many as llama.cpp's `n_cmpl` allows here
+MAX_STOPS = 4  # OpenAI's limit on stop sequences (below the service's own, `request_limits.STOP`)
+MAX_CHOICES = limits.COMPLETIONS.most  # choices per request (`n`), as llama.cpp's `n_cmpl`
 
 
 class LookaheadOptions(BaseModel):
@@ -83,6 +84,24 @@ class _Common(BaseModel):
 
     _refuse = field_validator("tools", "functions", "best_of", "grammar_lazy")(refuse_unsupported)
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_entries(cls, v: Any) -> Any:
+        limits.bounded(limits.LOGIT_BIAS, len(v) if isinstance(v, list | dict) else 0)
+        return v
+
+    @field_validator("grammar")
+    @classmethod
+    def _grammar_size(cls, v: Any) -> Any:
+        limits.bounded(limits.GRAMMAR, limits.text_size(v))
+        return v
+
+    @field_validator("json_schema", "response_format")
+    @classmethod
+    def _schema_size(cls, v: Any) -> Any:
+        limits.bounded(limits.SCHEMA, limits.json_size(v))
+        return v
+
     @field_validator("logprobs")
     @classmethod
     def _logprobs(cls, v: bool | int | None) -> bool | int | None:
@@ -128,6 +147,12 @@ class CompletionRequest(_Common):
         if not v:
             raise ValueError("the prompt is empty")
         return v
+
+    @model_validator(mode="after")
+    def _fim_text(self) -> CompletionRequest:
+        if self.suffix:  # a fill-in-the-middle prompt: bounded as /infill's text
+            limits.bounded(limits.FIM_TEXT, len(self.text()) + len(self.suffix), "prompt + suffix")
+        return self
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from lookahead.api import Model
 from lookahead.errors import LookaheadError
@@ -63,11 +64,24 @@ class Service:
             self.model = model
             self.ready.set()
             log.info("model %s ready", self.config.model_id)
+            self._start_grammar_checker(model)
         except Exception as exc:  # noqa: BLE001 - reported through /health and on_fatal
             self.load_error = str(exc) if isinstance(exc, LookaheadError) else repr(exc)
             log.error("could not load the model: %s", self.load_error)
             if self.on_fatal is not None:
                 self.on_fatal(self.load_error)
+
+    @staticmethod
+    def _start_grammar_checker(model: Any) -> None:
+        """The child process that checks requests' grammars, started now rather than by the
+        first grammar (which would wait a second for it)."""
+        grammars = getattr(model, "grammars", None)
+        if grammars is None:
+            return
+        try:
+            grammars.start()
+        except LookaheadError as exc:
+            log.warning("the grammar checker did not start (%s): requests with a grammar will wait for it", exc)
 
     def close(self) -> None:
         if self.worker is not None:

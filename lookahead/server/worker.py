@@ -34,6 +34,7 @@ class Worker(WorkerBase):
         super().__init__(metrics, max_queue, capacity=1)
         self.model = model
         self._running: Job | None = None
+        self._cache_owner = ""  # whose request left the cached cells (`Job.owner`)
         self.n_ctx = model.backend.n_ctx  # what one request may use
         self._thread.start()
 
@@ -66,6 +67,9 @@ class Worker(WorkerBase):
         events: Iterator[Event] | None = None
         backend = self.model.backend
         backend.interrupt = job.cancelled.is_set  # a long prompt's prefill stops when its client leaves
+        if job.owner != self._cache_owner:
+            backend.reset()  # another API key's cells: never reused, nor seen as cached
+        self._cache_owner = job.owner
         try:
             if job.warm_up:  # n_predict 0: the prompt into the cache, nothing written
                 events = iter([Done(warm(backend, job.tokens))])

@@ -36,7 +36,9 @@ def serve_args(argv: list[str]) -> list[str]:
     p.add_argument("--temp")
     p.add_argument("--seed", "-s")
     p.add_argument("--n-predict", "-n")
-    p.add_argument("--cors-origins")
+    # llama-server's default is any origin; lookahead's is pages on this machine: given as
+    # llama-server reads it, so the suite tests the service it thinks it started
+    p.add_argument("--cors-origins", default="*")
     p.add_argument("--tags")
     p.add_argument("--slots", action="store_true")
     p.add_argument("--no-slots", action="store_true")

@@ -54,6 +54,7 @@ def test_the_service_options_carry_over(monkeypatch: pytest.MonkeyPatch) -> None
         "--alias": "tinyllama-2",
         "--temp": "0.8",
         "--seed": "42",
+        "--cors-origins": "*",  # llama-server's default
     }
 
 
@@ -63,6 +64,11 @@ def test_the_model_and_threads_come_from_the_environment(monkeypatch: pytest.Mon
     args = serve_args(["--port", "9000"])
     assert args[2] == "smollm2-135m" and args[args.index("--threads") + 1] == "1"
     assert "--n-ctx" not in args and "--api-key" not in args
+
+
+def test_llama_servers_default_cors_origins_are_passed_as_it_reads_them() -> None:
+    args = serve_args(["--port", "8080"])
+    assert args[args.index("--cors-origins") + 1] == "*"  # llama-server's default, not lookahead's
 
 
 def test_the_request_defaults_and_cors_origins_carry_over() -> None:
