@@ -220,6 +220,18 @@ KvUnifiedOption = Annotated[
         "depend on the requests beside it.",
     ),
 ]
+CACHE_REUSE = 256  # serve's default: llama.vim's recommended --cache-reuse
+CacheReuseOption = Annotated[
+    int,
+    typer.Option(
+        "--cache-reuse",
+        help="KV shift, as llama-server's: past the prefix a prompt shares with the cached one, "
+        "move cached chunks of at least N tokens that the prompt holds further back (an editor's "
+        "window that dropped its first lines) instead of decoding them again; 0 = off. A moved "
+        "chunk keeps what it computed beside the dropped text, so the output is close to a cold "
+        "start's, not identical; --exact requests always start cold.",
+    ),
+]
 
 # llama-server's server-wide flags, with its names: defaults for requests that leave a field out
 AliasOption = Annotated[

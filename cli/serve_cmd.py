@@ -150,6 +150,7 @@ def run_serve(
     cors_origins: str = "localhost",
     slots_endpoint: bool = True,
     chat_template: str | None = None,
+    cache_reuse: int = 0,
 ) -> int:
     import uvicorn
 
@@ -166,6 +167,8 @@ def run_serve(
         raise ConfigError(f"--ctx-size must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    if cache_reuse < 0:
+        raise ConfigError(f"--cache-reuse must be >= 0 (0 = off), got {cache_reuse}")
     if index_scope not in (None, "key", "none"):
         raise ConfigError(f"--index-scope must be 'key' or 'none', got {index_scope}")
     if metrics_key is not None and not metrics_key.strip():
@@ -214,7 +217,7 @@ def run_serve(
         )
     with _RichProgress(err) as progress:
         path = locate(model, default_cache_dir(), progress)
-    backend = BackendConfig(n_ctx=n_ctx, n_threads=threads)
+    backend = BackendConfig(n_ctx=n_ctx, n_threads=threads, cache_reuse=cache_reuse)
     app = create_app(config, lambda: load(path, backend=backend, path=path))
     server = draining_server(
         uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10), app, grace_period

@@ -10,10 +10,12 @@ import typer
 
 from lookahead.cli.errors import fail, handled
 from lookahead.cli.options import (
+    CACHE_REUSE,
     CTX_SIZE,
     DRAFT,
     AliasOption,
     BudgetOption,
+    CacheReuseOption,
     ChatTemplateFileOption,
     ChatTemplateOption,
     CorsOriginsOption,
@@ -60,6 +62,7 @@ def serve(
     queue: Annotated[int, typer.Option(help="Requests that may wait for the model; more get 429.")] = 16,
     n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
+    cache_reuse: CacheReuseOption = CACHE_REUSE,
     no_shared_index: Annotated[
         bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
     ] = False,
@@ -130,6 +133,7 @@ def serve(
             queue=queue,
             n_ctx=n_ctx,
             threads=threads,
+            cache_reuse=cache_reuse,
             shared_index=not no_shared_index,
             index_file=index_file,
             index_scope=index_scope,

@@ -80,6 +80,8 @@ class FakeModel:
         self.ctx = []
         self.parked = 0
 
+    shifted = 0  # the fake cache never moves cells (no KV shift)
+
     def reuse(self, tokens: Sequence[int]) -> int:
         """LlamaBackend's prompt cache rule (`KVSlot.reuse`) on the fake cache."""
         k = 0
@@ -251,6 +253,9 @@ class FakeMultiModel:
         del self.ctx[slot]
         del self.parked[slot]
         self._pending.pop(slot, None)
+
+    def slot_shifted(self, slot: int) -> int:
+        return 0  # the fake cache never moves cells (no KV shift)
 
     def slot_past(self, slot: int) -> int:
         return len(self.ctx[slot])

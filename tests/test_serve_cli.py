@@ -51,6 +51,7 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--exact", "--parallel", "2"], "--parallel 1"),
         (["--grace-period", "0"], "--grace-period"),
         (["--replica-id", "a b"], "--replica-id"),
+        (["--cache-reuse", "-1"], "--cache-reuse"),
     ],
 )
 def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:
@@ -71,6 +72,15 @@ def test_the_promise_to_batched_requests_reaches_the_batch_config(monkeypatch: p
         assert seen["kv_unified"] is False  # the default: one KV stream per request
     assert runner.invoke(app, ["serve", "--parallel", "4", "--kv-unified"]).exit_code == 0
     assert seen["kv_unified"] is True
+
+
+def test_cache_reuse_is_llama_servers_flag_on_by_default_as_llama_vim_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+    monkeypatch.setattr(lookahead.cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
+    assert runner.invoke(app, ["serve"]).exit_code == 0
+    assert seen["cache_reuse"] == 256
+    assert runner.invoke(app, ["serve", "--cache-reuse", "0"]).exit_code == 0
+    assert seen["cache_reuse"] == 0
 
 
 @pytest.mark.parametrize(

@@ -57,8 +57,14 @@ class Verifier(Protocol):
 
     def reuse(self, tokens: Sequence[int]) -> int:
         """The prompt cache: keep the committed cells of the longest common prefix of the
-        cache and `tokens`, drop every other cell it may; returns the count kept (0: the
-        cache is empty)."""
+        cache and `tokens` (with KV shift, and cached runs moved to follow it), drop every
+        other cell it may; returns the count kept, the first ones of `tokens` (0: the cache
+        is empty)."""
+        ...
+
+    @property
+    def shifted(self) -> int:
+        """Of the tokens the last `reuse` kept, those moved to new positions (KV shift)."""
         ...
 
     def prefill(self, tokens: TokenArray) -> None:

@@ -20,10 +20,16 @@ class BackendConfig:
     # batch-invariant models (without it they do not). Its result depends on the ORDER of
     # the live cells, which is why commit() never leaves a hole before a live cell.
     flash_attn: bool = True
+    # KV shift, llama.cpp's --cache-reuse: a cached prompt's runs of at least this many
+    # tokens that a new prompt holds further back are moved there and kept, not decoded
+    # again (kv_cache.py); 0 = off. Not for exact mode, which always starts cold.
+    cache_reuse: int = 0
 
     def __post_init__(self) -> None:
         if self.n_batch < 2:
             raise ConfigError(f"n_batch must be >= 2 (the root and one draft token), got {self.n_batch}")
+        if self.cache_reuse < 0:
+            raise ConfigError(f"cache_reuse must be >= 0 (0 = off), got {self.cache_reuse}")
 
 
 def default_threads() -> int:

@@ -44,6 +44,14 @@ best-first children the accepted path is usually leftmost and parks nothing.
 The prompt cache keeps that order: it frees the committed cells past the common prefix,
 which all lie after the kept ones, and keeps parked cells (freeing a parked cell could open
 a hole before a live one), so a new tail goes after the kept prefix as a cold start's would.
+
+KV shift (llama.cpp's `--cache-reuse N`, off when `shift_min` is 0): past the common prefix,
+runs of at least N prompt tokens that the cells hold further on (an editor's window that
+dropped its first line) are moved to their new positions (`seq_add`; llama.cpp re-rotates
+their keys, RoPE being relative) and kept, and the cells between them freed (`shift_plan`).
+A moved cell keeps the K/V it was decoded with, which saw the tokens since dropped: the
+output is close to a cold start's, not bit for bit (and the holes left change the order
+flash attention sums in), which is why exact requests never reuse cells at all.
 """
 
 from __future__ import annotations
@@ -74,6 +82,11 @@ class KVOps(Protocol):
         """The last position `seq` holds a cell at, -1 if none."""
         ...
 
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        """Move the cells of `seq` at positions [p0, p1) by `delta` (a cell's position is
+        its own, not per id: a cell that also carries other ids moves for them too)."""
+        ...
+
 
 class BatchArrays:
     """The arrays of one llama_batch as numpy buffers (llama.py points a llama_batch at them).
@@ -97,14 +110,60 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     if n == 0:
         return 0
-    x = np.asarray(a[:n], dtype=np.int64)
-    y = np.asarray(b[:n], dtype=np.int64)
-    diff = np.flatnonzero(x != y)
+    return _match(np.asarray(a[:n], dtype=np.int64), np.asarray(b[:n], dtype=np.int64))
+
+
+def _match(x: np.ndarray, y: np.ndarray) -> int:
+    """Length of the common prefix of two int arrays."""
+    n = min(len(x), len(y))
+    diff = np.flatnonzero(x[:n] != y[:n])
     return int(diff[0]) if len(diff) else n
 
 
+def shift_plan(cache: Sequence[int], tokens: Sequence[int], start: int, min_run: int) -> list[tuple[int, int, int]]:
+    """llama.cpp's `--cache-reuse` walk: the cached runs that go to new places, past the
+    common prefix `start`, as (position in `cache`, position in `tokens`, length).
+
+    From `start` on, the next prompt token must begin a run of at least `min_run` tokens
+    that `cache` holds at or after the end of the last run taken (the first such place); the
+    walk ends at the first prompt token that begins none. So the runs fill `tokens` from
+    `start` without a gap, and every one moves back (cache position >= prompt position):
+    a prompt that dropped pieces of the cached one, as a sliding window does. What follows
+    the last run is decoded after it as usual. `min_run` <= 0: no runs (off).
+    """
+    if min_run <= 0:
+        return []
+    c = np.asarray(cache, dtype=np.int64)
+    p = np.asarray(tokens, dtype=np.int64)
+    plan: list[tuple[int, int, int]] = []
+    hc = hp = start
+    while hc < len(c) and hp < len(p):
+        for s in (hc + np.flatnonzero(c[hc:] == p[hp])).tolist():
+            if _match(c[s : s + min_run], p[hp : hp + min_run]) < min_run:
+                continue  # too short: most candidates end here, at a cost of min_run tokens
+            n = _match(c[s:], p[hp:])
+            if n >= min_run:
+                plan.append((s, hp, n))
+                hc, hp = s + n, hp + n
+                break
+        else:
+            break
+    return plan
+
+
+def reusable(cache: Sequence[int], tokens: Sequence[int], min_run: int = 0) -> int:
+    """Prompt tokens a slot holding `cache` would keep: the common prefix, and with
+    `min_run` the runs `shift_plan` moves after it."""
+    k = common_prefix(cache, tokens)
+    return k + sum(n for _, _, n in shift_plan(cache, tokens, k, min_run))
+
+
 def choose_slot(
-    caches: Sequence[Sequence[int]], free: Sequence[int], last_use: Sequence[int], tokens: Sequence[int]
+    caches: Sequence[Sequence[int]],
+    free: Sequence[int],
+    last_use: Sequence[int],
+    tokens: Sequence[int],
+    min_run: int = 0,
 ) -> int:
     """The free slot a prompt of `tokens` should take, given each slot's cached tokens.
 
@@ -113,8 +172,9 @@ def choose_slot(
     `--slot-prompt-similarity` has the same purpose): else the slot with nothing cached, or
     the least recently used. Without that rule a new chat sharing only a system prompt with
     another conversation's slot would evict that conversation while an empty slot waits.
+    With `min_run` (KV shift on), what a slot shares counts the runs it would move too.
     """
-    shared = {k: common_prefix(caches[k], tokens) for k in free}
+    shared = {k: reusable(caches[k], tokens, min_run) for k in free}
     matches = [k for k in free if 2 * shared[k] > len(caches[k])]
     if matches:
         return max(matches, key=lambda k: (shared[k], -last_use[k]))
@@ -146,6 +206,10 @@ class KVSlot:
         self.cache_tokens: list[int] = []  # the tokens of the committed cells, in order
         self.layout: TreeLayout | None = None  # the last verify's tree (None: root alone)
         self.root = 0  # the last verify's root
+        # KV shift (llama.cpp's --cache-reuse): the shortest cached run `reuse` moves to a
+        # new position; 0 = off. The owner sets it, to 0 where the model cannot shift.
+        self.shift_min = 0
+        self.shifted = 0  # of the tokens the last `reuse` kept, those it moved
 
     def _own_ids(self) -> list[int]:
         return [*self.ids.tolist(), *([self.park] if self.park >= 0 else [])]
@@ -158,7 +222,7 @@ class KVSlot:
     # ---- lifetime -----------------------------------------------------------------------
     def forget(self) -> None:
         """Empty the bookkeeping (the caller freed the cells, e.g. by clearing the context)."""
-        self.n_past = self.parked = 0
+        self.n_past = self.parked = self.shifted = 0
         self.cache_tokens = []
         self.layout = None
 
@@ -184,22 +248,35 @@ class KVSlot:
     # ---- the prompt cache -----------------------------------------------------------------
     def reuse(self, tokens: Sequence[int]) -> int:
         """Keep the committed cells of the longest common prefix of `cache_tokens` and
-        `tokens`, free the rest; returns how many were kept (0: the slot is now empty).
+        `tokens` (with `shift_min`, and the runs `shift_plan` moves after it), free the
+        rest; returns how many were kept, the first ones of `tokens` (0: the slot is now
+        empty). `shifted` says how many of them were moved.
 
         Parked cells stay (see the module docstring); a slot whose parked cells outnumber
-        the kept prefix, or that could not fit `tokens` beside them, starts cold instead.
+        the kept tokens, or that could not fit `tokens` beside them, starts cold instead.
         """
         k = common_prefix(self.cache_tokens, tokens)
-        if k == 0 or self.parked > k or self.parked + len(tokens) + 1 > self.capacity:
+        plan = shift_plan(self.cache_tokens, tokens, k, self.shift_min)
+        kept = k + sum(n for _, _, n in plan)
+        self.shifted = 0
+        if kept == 0 or self.parked > kept or self.parked + len(tokens) + 1 > self.capacity:
             self.clear()
             return 0
-        if k < self.n_past:
-            for seq in self.ids.tolist():
-                self.kv.seq_rm(int(seq), k, -1)
-            self.n_past = k
-            del self.cache_tokens[k:]
+        kv, ids = self.kv, self.ids.tolist()
+        for c0, p0, n in plan:
+            # the cells between the last run and this one go; this one moves back onto them
+            # (each committed cell carries every branch id but has one position: one seq_add)
+            for seq in ids:
+                kv.seq_rm(int(seq), p0, c0)
+            kv.seq_add(self.base, c0, c0 + n, p0 - c0)
+            self.shifted += n
+        if kept < self.n_past:
+            for seq in ids:
+                kv.seq_rm(int(seq), kept, -1)
+            self.n_past = kept
+        self.cache_tokens = [int(t) for t in tokens[:kept]]
         self.layout = None
-        return k
+        return kept
 
     # ---- filling a batch ------------------------------------------------------------------
     def put_prefill(self, batch: BatchArrays, e: int, tokens: TokenArray) -> int:

@@ -24,6 +24,7 @@ from lookahead.backend import decode_cost
 from lookahead.backend.base import Logits
 from lookahead.backend.config import BackendConfig, default_threads
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
+from lookahead.backend.llama_batch import Batch as _Batch
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, Interrupted, utf8
@@ -68,27 +69,6 @@ def build_info() -> str:
 def _last_log_error() -> str:
     lines = [ln.strip() for ln in _log_lines if ln.strip() and ln.strip() != "."]
     return lines[-1] if lines else "no details from llama.cpp"
-
-
-class _Batch(BatchArrays):
-    """BatchArrays with the llama_batch that points at them, so filling it is vector work."""
-
-    def __init__(self, capacity: int, n_seq: int) -> None:
-        super().__init__(capacity, n_seq)
-        row_ptr = ctypes.POINTER(ctypes.c_int32)
-        base = self.seq.ctypes.data
-        self._rows = (row_ptr * capacity)(
-            *[ctypes.cast(base + i * n_seq * 4, row_ptr) for i in range(capacity)]
-        )
-        # ctypes pointers into our arrays (the binding's stubs type these fields as arrays)
-        st: Any = ll.llama_batch()
-        st.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
-        st.embd = ctypes.POINTER(ctypes.c_float)()
-        st.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
-        st.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        st.seq_id = ctypes.cast(self._rows, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
-        st.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self.struct = st
 
 
 class _Rows:
@@ -278,6 +258,11 @@ class KVContext:
         self._ctx = _new_context(model, config, n_seq_max, threads, unified)
         self.n_threads = threads
         self._mem = ll.llama_get_memory(self._ctx)
+        # whether cells may move to new positions (KV shift): llama.cpp says so for its cache,
+        # and the model must encode positions by RoPE (a rotation, which a move can redo)
+        self.can_shift = bool(ll.llama_memory_can_shift(self._mem)) and (
+            ll.llama_model_rope_type(model) != ll.LLAMA_ROPE_TYPE_NONE
+        )
         self.n_ctx = int(ll.llama_n_ctx(self._ctx))
         self.n_vocab = n_vocab
         self.n_decoded = 0  # tokens decoded since the context was made (tests, the cache's gain)
@@ -323,6 +308,11 @@ class KVContext:
         """The last position `seq` holds a cell at, -1 if none."""
         return int(ll.llama_memory_seq_pos_max(self._mem, seq))
 
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        if not self.can_shift:
+            raise BackendError("this model's KV cells cannot move to new positions")
+        ll.llama_memory_seq_add(self._mem, seq, p0, p1, delta)
+
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
 
@@ -350,6 +340,8 @@ class LlamaBackend(LlamaVocab):
         self.n_batch = config.n_batch
         self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
         self._slot = KVSlot(self._kv, 0, self.max_branches, self.n_ctx)
+        self._slot.shift_min = config.cache_reuse if self._kv.can_shift else 0  # KV shift
+        self.tokens_shifted = 0  # prompt tokens kept by moving their cells, since loading
         # asked before each prefill chunk: True stops the prefill with Interrupted (a service
         # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
         self.interrupt: Callable[[], bool] | None = None
@@ -405,8 +397,16 @@ class LlamaBackend(LlamaVocab):
 
     def reuse(self, tokens: Sequence[int]) -> int:
         """The prompt cache: keep the committed cells of the longest common prefix with
-        `tokens`, drop the rest; returns the count kept (see `KVSlot.reuse`)."""
-        return self._slot.reuse(tokens)
+        `tokens` (and with `cache_reuse`, the cached runs moved after it), drop the rest;
+        returns the count kept (see `KVSlot.reuse`)."""
+        kept = self._slot.reuse(tokens)
+        self.tokens_shifted += self._slot.shifted
+        return kept
+
+    @property
+    def shifted(self) -> int:
+        """Of the tokens the last `reuse` kept, those moved to new positions (KV shift)."""
+        return self._slot.shifted
 
     def _decode(self, n: int) -> None:
         self._kv.decode(self._batch, n)

@@ -70,12 +70,16 @@ class LlamaSlots:
             self._slots = [KVSlot(self._kv, k, 1, self.slot_ctx, park=False) for k in range(slots)]
         else:
             self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
+        self.shift_min = config.cache_reuse if self._kv.can_shift else 0  # KV shift (kv_cache.py), 0 = off
+        for s in self._slots:
+            s.shift_min = self.shift_min
         self._busy = [False] * slots
         self._last_use = [0] * slots  # when each slot was last taken (least recently used first)
         self._owner = [""] * slots  # whose request wrote each slot's cached cells (`acquire`)
         self._uses = 0
         self.cache_hits = 0  # requests that reused cached cells
         self.tokens_cached = 0  # prompt tokens they did not decode again
+        self.tokens_shifted = 0  # of those, the ones moved to new positions (KV shift)
 
     def close(self) -> None:
         self._kv.close()
@@ -116,15 +120,15 @@ class LlamaSlots:
         return self._slots[slot].holds_cells()
 
     def best_slot(self, tokens: Sequence[int], owner: str = "") -> int:
-        """The free slot whose cached tokens share the longest prefix with `tokens`, where
-        that reuses more than it evicts; else an empty or the least recently used slot
-        (`kv_cache.choose_slot`). Only `owner`'s cached cells count as a prefix. BackendError
-        if none is free."""
+        """The free slot whose cached tokens share the longest prefix with `tokens` (with KV
+        shift, counting the runs it would move), where that reuses more than it evicts;
+        else an empty or the least recently used slot (`kv_cache.choose_slot`). Only
+        `owner`'s cached cells count. BackendError if none is free."""
         free = [k for k in range(self.slots) if not self._busy[k]]
         if not free:
             raise BackendError("every slot is in use")
         caches = [s.cache_tokens if self._owner[k] == owner else () for k, s in enumerate(self._slots)]
-        return choose_slot(caches, free, self._last_use, tokens)
+        return choose_slot(caches, free, self._last_use, tokens, self.shift_min)
 
     def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
         """Take a free slot for a request whose committed prompt will be `tokens`: with
@@ -146,7 +150,12 @@ class LlamaSlots:
         if kept:
             self.cache_hits += 1
             self.tokens_cached += kept
+            self.tokens_shifted += s.shifted
         return k, kept
+
+    def slot_shifted(self, slot: int) -> int:
+        """Of the tokens the slot kept when last taken, those moved to new positions."""
+        return self._slots[slot].shifted
 
     def fork(self, src: int, dst: int, n: int) -> None:
         """Give slot `dst` (taken, its cells freed) the first `n` committed cells of slot

@@ -74,7 +74,8 @@ def generate(
 
     With `cache_prompt`, the cells the verifier holds for the longest common prefix of its
     cache and the prompt are kept and only the rest is prefilled (`Stats.tokens_cached`
-    counts them); the last prompt token, the first root, is always decoded.
+    counts them; with the backend's KV shift, also cached runs moved after that prefix,
+    `Stats.tokens_shifted`); the last prompt token, the first root, is always decoded.
 
     `node_cap(cells in use)`, if given, bounds the draft nodes verified in a step (the
     exact mode's bit-identical batch sizes depend on the cache size). Once it is 0 both
@@ -118,6 +119,7 @@ def _run(
 
     if cache_prompt:
         kept = verifier.reuse(prompt[:-1])
+        req.stats.tokens_shifted = verifier.shifted
     else:
         verifier.reset()
         kept = 0
@@ -181,6 +183,7 @@ def warm(verifier: Verifier, prompt: Sequence[int], clock: Callable[[], float] =
     check_prompt(prompt, verifier.n_ctx)
     stats = Stats()
     stats.tokens_cached = kept = verifier.reuse(prompt[:-1])
+    stats.tokens_shifted = verifier.shifted
     t0 = clock()
     verifier.prefill(np.asarray(prompt[kept:-1], dtype=np.int32))
     stats.prefill_s = clock() - t0

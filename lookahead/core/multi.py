@@ -74,6 +74,8 @@ class MultiVerifier(Protocol):
 
     def slot_past(self, slot: int) -> int: ...
 
+    def slot_shifted(self, slot: int) -> int: ...  # of the tokens `acquire` kept, those moved (KV shift)
+
     def fork(self, src: int, dst: int, n: int) -> None:
         """Give the taken, empty slot `dst` the first `n` committed cells of slot `src`."""
         ...
@@ -247,6 +249,7 @@ class Batch:
                 v.fork(parent.slot, req.slot, req.prefilled)
             else:
                 req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt, owner=req.cache_owner)
+                req.stats.tokens_shifted = v.slot_shifted(req.slot) if req.prefilled else 0
             req.stats.tokens_cached = req.prefilled
             req.t_admit = self.clock()
             if req.report_progress:

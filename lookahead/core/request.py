@@ -74,6 +74,7 @@ class Stats:
     accepted: int = 0
     prefill_s: float = 0.0
     tokens_cached: int = 0  # prompt tokens whose KV cells were reused from the prompt cache
+    tokens_shifted: int = 0  # of those, the ones moved to new positions (KV shift, cache_reuse)
     decode_s: float = 0.0
     k_trace: list[int] = field(default_factory=list)  # nodes verified, per step
 

@@ -139,6 +139,7 @@ class BatchWorker(WorkerBase):
         m.occupancy.set(len(self.batch.active) / self.parallel)
         m.kv_cells.set(self.slots.n_used)
         m.kv_cells_cached.set(self.slots.n_cached)
+        m.shifted_total(self.slots.tokens_shifted)
 
     def _end(self, rid: int) -> None:
         with self._cv:

@@ -48,6 +48,12 @@ class Metrics:
         self.tokens_cached = Counter(
             p + "prompt_tokens_cached", "Prompt tokens reused from the KV cache, not decoded again", registry=r
         )
+        self.tokens_shifted = Counter(
+            p + "prompt_tokens_shifted",
+            "Prompt tokens reused by moving cached cells to new positions (--cache-reuse), not decoded again",
+            registry=r,
+        )
+        self._shifted_seen = 0  # the worker's running total when last read
         self.errors = Counter(p + "errors", "Errors answered, by type", ["type"], registry=r)
         self.cancelled = Counter(p + "cancelled", "Generations cancelled by a client disconnect", registry=r)
 
@@ -64,6 +70,14 @@ class Metrics:
             self.alpha.observe(stats.alpha)
         if stats.decode_s > 0:
             self.decode_tps.set(stats.tokens_per_s)
+
+    def shifted_total(self, total: int) -> None:
+        """The worker's running count of tokens kept by KV shift: the counter takes what is
+        new. Read at every request's end, cancelled ones too (an editor's time budget), as
+        the shift happened whatever became of the request."""
+        if total > self._shifted_seen:
+            self.tokens_shifted.inc(total - self._shifted_seen)
+        self._shifted_seen = total
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -125,3 +125,4 @@ class Worker(WorkerBase):
             backend.reset()  # free every KV cell, parked ones too
         self.metrics.kv_cells.set(backend.n_used)  # a cached prompt's cells, else 0
         self.metrics.kv_cells_cached.set(len(backend.cache_tokens))
+        self.metrics.shifted_total(backend.tokens_shifted)
