@@ -189,7 +189,7 @@ def test_a_bug_anywhere_is_a_500_in_openai_shape_and_counted(
         raise KeyError("internal detail")
 
     before = metric(metrics(server), 'lookahead_errors_total{type="server_error"}')
-    monkeypatch.setattr(lookahead.server.prepare, "draft_config", bug)
+    monkeypatch.setattr(lookahead.server.prepare, "draft_settings", bug)
     err = openai_error(post(server, "/v1/completions", {"prompt": "hi", "max_tokens": 2}), 500)
     assert err["type"] == "server_error" and "internal detail" not in err["message"]
     monkeypatch.undo()

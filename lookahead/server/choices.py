@@ -30,7 +30,6 @@ def as_choice(job: Job, index: int, first: Job) -> Job:
     seed = job.sampling.seed
     if seed is not None and index:
         job.sampling = replace(job.sampling, seed=seed + index)
-    job.cache_prompt = True
     job.sibling_of = first if index else None
     return job
 

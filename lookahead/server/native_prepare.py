@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from lookahead.api import Model
 from lookahead.apps.fim import Chunk, FimUnsupported, infill_prompt
@@ -22,6 +22,7 @@ from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import CorpusError, CorpusIndex
 from lookahead.index.prediction import PredictionIndex
+from lookahead.server.admit import keeps_prompt
 from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.jobs import Job
 from lookahead.server.native_schemas import CompletionRequest, InfillRequest, NativeRequest
@@ -127,19 +128,11 @@ def limits(tokens: list[int], n_predict: int, n_ctx: int) -> tuple[int, bool]:
     return n_predict, False
 
 
-def draft_config(base: DraftConfig, body: NativeRequest) -> DraftConfig:
-    opts = body.lookahead
-    if opts is None:
-        return base
-    return replace(base, **{k: v for k, v in opts.model_dump().items() if v is not None})
-
-
 def make_job(
-    prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
+    prepared: Prepared, body: NativeRequest, draft: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
 ) -> Job:
     try:
         sampling = body.sampling()
-        draft = draft_config(base, body)
     except UserError as exc:
         raise APIError(400, str(exc)) from exc
     return Job(
@@ -150,7 +143,8 @@ def make_job(
         draft=draft,
         sources=list(prepared.sources),
         loop=loop,
-        cache_prompt=body.cache_prompt,  # llama.cpp's default: on (keep this prompt's cells for the next)
+        # llama.cpp's default: on (keep this prompt's cells for the next)
+        cache_prompt=keeps_prompt(body.cache_prompt, body.completions()),
         progress=body.stream and body.return_progress,
         owner=owner,
     )

@@ -25,13 +25,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
+from lookahead.server.admit import admission, draft_settings
+from lookahead.server.choices import as_choice
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, cache_owner
 from lookahead.server.keepalive import with_pings
 from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import Prepared, draft_config, make_job, prepare
+from lookahead.server.native_prepare import Prepared, make_job, prepare
 from lookahead.server.native_run import Watch, follow
 from lookahead.server.native_schemas import (
     CompletionRequest,
@@ -41,7 +43,6 @@ from lookahead.server.native_schemas import (
     TokenizeRequest,
 )
 from lookahead.server.native_shape import NativeShape, Outcome, pick_fields, text_of
-from lookahead.server.prepare import admission, refuse_exact_in_batch
 from lookahead.server.service import Service
 
 router = APIRouter()
@@ -180,10 +181,7 @@ async def answer(
     if body.stream and n > 1:
         raise APIError(400, "several prompts or n_cmpl > 1 are not supported with stream", param="n_cmpl")
 
-    try:  # before any work: the same refusal as OpenAI's routes
-        refuse_exact_in_batch(draft_config(service.config.draft, body), worker.capacity)
-    except UserError as exc:
-        raise APIError(400, str(exc), param="lookahead") from exc
+    draft = draft_settings(service.config.draft, body.lookahead, worker.capacity)  # before any work
 
     def prepare_all() -> list[Prepared]:
         with admission():
@@ -218,18 +216,13 @@ async def answer(
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
-    jobs = [make_job(p, body, service.config.draft, loop, owner=cache_owner(caller)) for p in prepared]
+    jobs = [make_job(p, body, draft, loop, owner=cache_owner(caller)) for p in prepared]
     bias = await run_in_threadpool(model_bias, model, body.logit_bias)  # texts are tokenized
     for job in jobs if bias or constraint else []:
         job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
     k = body.completions()
-    for i, job in enumerate(jobs if k > 1 else []):  # completion i of a prompt: seed + i, as llama-server
-        seed = job.sampling.seed
-        job.cache_prompt = True  # the prompt read once for its k completions (as OpenAI's `n`)
-        if i % k:
-            job.sibling_of = jobs[i - i % k]  # with --parallel: a copy of the first one's prompt cells
-            if seed is not None:
-                job.sampling = replace(job.sampling, seed=seed + i % k)
+    if k > 1:  # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
+        jobs = [as_choice(job, i % k, jobs[i - i % k]) for i, job in enumerate(jobs)]
     try:
         with admission():  # a 429 part-way cancels what this request already queued
             for job in jobs:

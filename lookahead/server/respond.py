@@ -17,11 +17,12 @@ from sse_starlette.sse import EventSourceResponse
 from lookahead.core.engine import Done, Progress, Result, Step
 from lookahead.core.sampling import TokenProbs
 from lookahead.errors import LookaheadError, UserError
+from lookahead.server.admit import admission
 from lookahead.server.choices import as_choice, merged
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import END, Job, ShuttingDown
 from lookahead.server.metrics import Metrics
-from lookahead.server.prepare import admission, prepare
+from lookahead.server.prepare import prepare
 from lookahead.server.schemas import _Common
 from lookahead.server.service import Service
 from lookahead.server.shape import Shape
