@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
@@ -31,7 +31,6 @@ from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, cache_owner
-from lookahead.server.keepalive import with_pings
 from lookahead.server.logit_bias import model_bias
 from lookahead.server.native_prepare import Prepared, make_job, prepare
 from lookahead.server.native_run import Watch, follow
@@ -44,6 +43,7 @@ from lookahead.server.native_schemas import (
 )
 from lookahead.server.native_shape import NativeShape, Outcome, pick_fields, text_of
 from lookahead.server.service import Service
+from lookahead.server.sse import LLAMACPP, sse_response
 
 router = APIRouter()
 
@@ -254,7 +254,7 @@ async def answer(
         lines = stream_lines(
             follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
         )
-        return StreamingResponse(with_pings(lines, service.config.stream_ping), media_type="text/event-stream")
+        return sse_response(lines, LLAMACPP, service.config.stream_ping)
     try:
         outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
     finally:
@@ -287,19 +287,19 @@ async def stream_lines(
             if isinstance(item, Outcome):
                 remember(service, partition, job, item)
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
-                yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
+                yield json.dumps(final, separators=(",", ":"))
                 break
             if isinstance(item, Progress):
                 part = shape.progress(item, n_predicted)
-                yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
+                yield json.dumps(part, separators=(",", ":"))
                 continue
             text, tokens, probs = item
             n_predicted += len(tokens)
             part = shape.partial(text, tokens, n_predicted, probs)
-            yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
+            yield json.dumps(part, separators=(",", ":"))
     except APIError as exc:
         status = str(exc.status)
-        yield "data: " + json.dumps(exc.body()) + "\n\n"
+        yield json.dumps(exc.body())
     finally:
         job.cancel()
         service.metrics.requests.labels(endpoint, status).inc()
