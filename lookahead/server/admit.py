@@ -12,7 +12,7 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import UserError
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import QueueFull, ShuttingDown
-from lookahead.server.schemas import LookaheadOptions
+from lookahead.server.options import LookaheadOptions
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from lookahead.core.sampling import TokenProbs
 from lookahead.server.errors import APIError
 from lookahead.server.follow import follow as follow_job
 from lookahead.server.jobs import Job
-from lookahead.server.native_shape import Outcome, stop_of
+from lookahead.server.llamacpp.shape import Outcome, stop_of
 
 
 class Watch:

@@ -31,17 +31,17 @@ from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, cache_owner
-from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import Prepared, make_job, prepare
-from lookahead.server.native_run import Watch, follow
-from lookahead.server.native_schemas import (
+from lookahead.server.llamacpp.prepare import Prepared, make_job, prepare
+from lookahead.server.llamacpp.run import Watch, follow
+from lookahead.server.llamacpp.schemas import (
     CompletionRequest,
     DetokenizeRequest,
     InfillRequest,
     NativeRequest,
     TokenizeRequest,
 )
-from lookahead.server.native_shape import NativeShape, Outcome, pick_fields, text_of
+from lookahead.server.llamacpp.shape import NativeShape, Outcome, pick_fields, text_of
+from lookahead.server.logit_bias import model_bias
 from lookahead.server.service import Service
 from lookahead.server.sse import LLAMACPP, sse_response
 

@@ -20,12 +20,12 @@ from lookahead.server.errors import APIError
 from lookahead.server.follow import follow
 from lookahead.server.jobs import Job
 from lookahead.server.metrics import Metrics
-from lookahead.server.prepare import prepare
-from lookahead.server.schemas import _Common
+from lookahead.server.openai.prepare import prepare
+from lookahead.server.openai.schemas import _Common
+from lookahead.server.openai.shape import Shape
+from lookahead.server.openai.verbose import verbose_of
 from lookahead.server.service import Service
-from lookahead.server.shape import Shape
 from lookahead.server.sse import OPENAI, sse_response
-from lookahead.server.verbose import verbose_of
 
 
 async def serve(

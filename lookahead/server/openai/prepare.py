@@ -21,10 +21,10 @@ from lookahead.index.prediction import PredictionIndex
 from lookahead.server.admit import admission, draft_settings, keeps_prompt
 from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError, context_exceeded
+from lookahead.server.fim import fim_tokens_and_sources
 from lookahead.server.jobs import Job, cache_owner
 from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import openai_prompt
-from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
+from lookahead.server.openai.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
 
 
@@ -131,3 +131,11 @@ def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0
             "prediction",
         )
     return tokens
+
+
+def openai_prompt(model: Model, body: CompletionRequest, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
+    """`/v1/completions`' prompt: the text, or with a non-empty `suffix` the FIM prompt
+    (the suffix then a draft source too). APIError 400 for a suffix on a model without FIM."""
+    if not body.suffix:
+        return model.prompt_tokens(body.text()), []
+    return fim_tokens_and_sources(model, body.text(), body.suffix, n_ctx=n_ctx, n_predict=body.max_tokens or -1)
