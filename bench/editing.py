@@ -61,7 +61,7 @@ FILES = (
     "stdlib:json/decoder.py",
     "lookahead/index/ngram.py",
     "stdlib:asyncio/queues.py",
-    "lookahead/server/native_run.py",
+    "lookahead/server/llamacpp/run.py",
 )
 STDLIB = "stdlib:"
 SERVERS = ("lookahead", "server_plain", "server_ngram_simple")

@@ -27,6 +27,14 @@ from lookahead.tuning.machine import MachineTuning
 
 __all__ = ["DraftConfig", "Model", "SamplingConfig", "load"]
 
+def reuses_cache(cache_prompt: bool, draft: DraftConfig) -> bool:
+    """Whether a generation reuses (and keeps) cached KV cells: as asked, except in exact
+    mode, which starts cold: a cell's K/V depends on the batch it was decoded in (the same
+    prompt prefilled in two chunks instead of one moved SmolLM2's next logits by up to 1.0),
+    so only a cold start's prefill gives a cold start's output bit for bit."""
+    return cache_prompt and not draft.exact
+
+
 class Model:
     """A loaded model with one context; generations run one at a time (`generate_many` and
     `add_to` run several together in a context of their own, see `lookahead.core.multi`)."""
@@ -104,10 +112,7 @@ class Model:
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.tuning.exact_cap() if draft.exact else None
-        # exact mode starts cold: a cell's K/V depends on the batch it was decoded in (the
-        # same prompt prefilled in two chunks instead of one moved SmolLM2's next logits by
-        # up to 1.0), so only a cold start's prefill gives a cold start's output bit for bit
-        cache_prompt = cache_prompt and not draft.exact
+        cache_prompt = reuses_cache(cache_prompt, draft)
         return generate(
             self.backend, tokens, config, drafter, policy, cap, after_verify=hook, cache_prompt=cache_prompt,
             progress=progress,
@@ -135,7 +140,7 @@ class Model:
         a request of the same prompt whose prefilled cells this one copies (`Batch.add`)."""
         config = GenerationConfig(max_tokens, tuple(stop), sampling or SamplingConfig())
         draft = draft or DraftConfig()
-        cache_prompt = cache_prompt and not draft.exact  # as in `stream`
+        cache_prompt = reuses_cache(cache_prompt, draft)
         if not draft.enabled:
             return batch.add(tokens, config, cache_prompt=cache_prompt, progress=progress, parent=parent)
         if draft.adaptive:

@@ -14,9 +14,9 @@ from lookahead.errors import ConfigError
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
 from lookahead.server.compat import origin_allowed
-from lookahead.server.native_schemas import CompletionRequest as NativeCompletion
+from lookahead.server.llamacpp.schemas import CompletionRequest as NativeCompletion
+from lookahead.server.openai.schemas import ChatCompletionRequest, CompletionRequest
 from lookahead.server.request_defaults import RequestDefaults, from_options
-from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest
 
 ALIAS = "my-coder"
 PROMPT = "def fibonacci(n):"

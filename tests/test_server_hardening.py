@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-import lookahead.server.prepare
-import lookahead.server.shape
+import lookahead.server.openai.prepare
+import lookahead.server.openai.shape
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
 from lookahead.core.sampling import SamplingConfig
@@ -116,7 +116,7 @@ def test_a_prediction_longer_than_the_context_is_a_400(server: Running) -> None:
 
 
 def test_usage_accounting_runs_off_the_event_loop(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = lookahead.server.shape.prediction_counts
+    real = lookahead.server.openai.shape.prediction_counts
     counting = threading.Event()
 
     def slow(predicted: Any, completion: Any) -> dict[str, int]:
@@ -124,7 +124,7 @@ def test_usage_accounting_runs_off_the_event_loop(server: Running, monkeypatch: 
         time.sleep(3.0)  # a count that takes long: nothing else may wait for it
         return real(predicted, completion)
 
-    monkeypatch.setattr(lookahead.server.shape, "prediction_counts", slow)
+    monkeypatch.setattr(lookahead.server.openai.shape, "prediction_counts", slow)
     body = {"prompt": "def add(a, b):", "max_tokens": 4, "temperature": 0,
             "prediction": {"type": "content", "content": "    return a + b\n"}}
     answers: list[httpx.Response] = []
@@ -145,13 +145,13 @@ def test_the_queue_is_checked_before_a_prediction_is_indexed(
     smol_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built: list[int] = []
-    real = lookahead.server.prepare.PredictionIndex
+    real = lookahead.server.openai.prepare.PredictionIndex
 
     def counted(tokens: Any) -> Any:
         built.append(len(tokens))
         return real(tokens)
 
-    monkeypatch.setattr(lookahead.server.prepare, "PredictionIndex", counted)
+    monkeypatch.setattr(lookahead.server.openai.prepare, "PredictionIndex", counted)
     config = ServeConfig(model_id=MODEL_ID, max_queue=0)
     with serving(config, loader(smol_path)) as s:
         long_one = threading.Thread(
@@ -189,7 +189,7 @@ def test_a_bug_anywhere_is_a_500_in_openai_shape_and_counted(
         raise KeyError("internal detail")
 
     before = metric(metrics(server), 'lookahead_errors_total{type="server_error"}')
-    monkeypatch.setattr(lookahead.server.prepare, "draft_config", bug)
+    monkeypatch.setattr(lookahead.server.openai.prepare, "draft_settings", bug)
     err = openai_error(post(server, "/v1/completions", {"prompt": "hi", "max_tokens": 2}), 500)
     assert err["type"] == "server_error" and "internal detail" not in err["message"]
     monkeypatch.undo()

@@ -6,60 +6,17 @@ never see."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
-from lookahead.server.keepalive import PING, with_pings
 from tests.served import loader, metric
-
-
-async def slow(delays: list[float], closed: list[bool]) -> AsyncIterator[str]:
-    try:
-        for i, delay in enumerate(delays):
-            await asyncio.sleep(delay)
-            yield f"data: {i}\n\n"
-    finally:
-        closed.append(True)
-
-
-def test_a_silent_stream_pings_and_keeps_its_items_in_order() -> None:
-    async def run() -> list[str]:
-        return [item async for item in with_pings(slow([0.35, 0.0, 0.35], []), 0.1)]
-
-    out = asyncio.run(run())
-    assert [x for x in out if x != PING] == ["data: 0\n\n", "data: 1\n\n", "data: 2\n\n"]
-    first = out.index("data: 0\n\n")
-    assert first >= 2 and set(out[:first]) == {PING}, out  # pinged while the first item waited
-    assert out[first + 1] == "data: 1\n\n"  # an item that comes at once is not delayed by a ping
-
-
-def test_a_stream_that_talks_often_never_pings_and_zero_turns_pings_off() -> None:
-    async def run(delays: list[float], interval: float) -> list[str]:
-        return [item async for item in with_pings(slow(delays, []), interval)]
-
-    assert PING not in asyncio.run(run([0.01] * 5, 1.0))
-    assert PING not in asyncio.run(run([0.15], 0))
-
-
-def test_closing_the_stream_while_it_waits_closes_its_source() -> None:
-    closed: list[bool] = []
-
-    async def run() -> None:
-        stream = with_pings(slow([5.0], closed), 0.05)
-        assert isinstance(stream, AsyncGenerator)
-        assert await stream.__anext__() == PING  # waiting for the first item
-        await stream.aclose()  # the client went away
-
-    asyncio.run(asyncio.wait_for(run(), 2))
-    assert closed == [True]
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +51,25 @@ def test_a_queued_stream_pings_until_its_first_token(server: Running, path: str)
     assert len(pings) + len(data) == len(lines)  # nothing else in the stream
     events = [json.loads(ln[6:]) for ln in data if ln != "data: [DONE]"]
     assert events and all(isinstance(e, dict) for e in events)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    ("path", "sep", "last"),
+    [("/completion", "\n", None), ("/v1/completions", "\r\n", "data: [DONE]")],
+)
+def test_each_dialect_writes_its_own_bytes(server: Running, path: str, sep: str, last: str | None) -> None:
+    """One writer, two dialects: OpenAI's events end in CRLF and its stream in `[DONE]`;
+    llama.cpp's in LF, with no end marker (its clients split on "\n\n")."""
+    body = {"prompt": "def add(a, b):", "n_predict": 3, "max_tokens": 3, "temperature": 0, "stream": True}
+    with server.client() as c:
+        r = c.post(path, json=body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in r.text.split(sep + sep) if e]
+    data = [e for e in events if e.startswith("data: ")]
+    assert data and all(e.startswith(("data: ", ":")) and "\n" not in e.replace(sep, "") for e in events)
+    assert ("\r" in r.text) == (sep == "\r\n")
+    if last is None:
+        assert "[DONE]" not in r.text and json.loads(data[-1][6:])["stop"] is True
+    else:
+        assert data[-1] == last

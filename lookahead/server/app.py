@@ -9,13 +9,19 @@ Each request drafts from the usual per-request indexes plus, when given, its `pr
 key (`memory.py`). `create_app` takes a loader, so tests can hand it a model already
 loaded; `lookahead serve` passes one that loads by name.
 
-The rooms, one job each: `config.py` (ServeConfig), `service.py` (the loaded model, its
-worker, memory, metrics), `deps.py` (key check, readiness), `prepare.py` (a request's checks
-and its Job), `respond.py` (queue, wait, SSE), `shape.py` (OpenAI's response bodies),
-`chat.py` (messages to a prompt through the chat template), `verbose.py` (`__verbose`),
-`limits.py` (the body limit), `errors.py` (OpenAI's error shape), `jobs.py` / `worker.py` /
-`batch_worker.py` (the generation thread). Routes live in `routes_*.py`, one `APIRouter`
-per area: a new area adds its module and one `include_router` line below.
+The rooms, one job each. Each dialect is a folder: `openai/` (OpenAI's routes, request
+bodies, a request's checks and its Job, the answer whole or streamed, response bodies,
+`__verbose`) and `llamacpp/` (llama.cpp's routes, bodies, jobs, the editor's stops, answers).
+What they share sits here: `admit.py` (the queue's refusals, drafting settings, the `exact`
+refusal, `cache_prompt`), `follow.py` (the one loop that follows a running job), `sse.py`
+(the one SSE writer), `fim.py` (a fill-in-the-middle prompt and its draft sources),
+`options.py`, `request_limits.py`, `constrained.py`, `logit_bias.py`, `choices.py` (several
+completions of one prompt); `config.py` (ServeConfig), `service.py` (the loaded model, its
+worker, memory, metrics), `deps.py` (key check, readiness), `chat.py` (messages to a prompt
+through the chat template), `limits.py` (the body limit), `errors.py` (OpenAI's error
+shape), `jobs.py` / `worker.py` / `batch_worker.py` (the generation thread). Routes live in
+`routes_*.py` and each dialect's `routes.py`, one `APIRouter` per area: a new area adds its
+module and one `include_router` line below.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from lookahead.api import Model
-from lookahead.server import compat, errors, native_routes, replica, routes_openai, routes_ops, routes_template
+from lookahead.server import compat, errors, replica, routes_ops, routes_template
 from lookahead.server.config import ServeConfig
 from lookahead.server.limits import BodyLimit
+from lookahead.server.llamacpp import routes as llamacpp_routes
+from lookahead.server.openai import routes as openai_routes
+from lookahead.server.openai.shape import prediction_counts
 from lookahead.server.service import Service
-from lookahead.server.shape import prediction_counts
 
 __all__ = ["ServeConfig", "Service", "create_app", "prediction_counts"]
 
@@ -52,8 +60,8 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     replica.install(app, service, config.replica_id or replica.default_replica_id())
     app.include_router(routes_ops.router)
-    app.include_router(routes_openai.router)
-    app.include_router(native_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
+    app.include_router(openai_routes.router)
+    app.include_router(llamacpp_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
     app.include_router(routes_template.router)  # /apply-template, /v1/chat/completions/input_tokens
     compat.install(app, config.cors_origins)  # the OpenAI routes without /v1, CORS
     return app

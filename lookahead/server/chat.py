@@ -15,7 +15,7 @@ from typing import Any
 from lookahead.errors import LookaheadError
 from lookahead.models.chat_template import ChatTemplate
 from lookahead.server.errors import APIError
-from lookahead.server.schemas import ChatInput
+from lookahead.server.openai.schemas import ChatInput
 
 
 class ChatPrompts:

@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lookahead.core.engine import Result, Stats
+from lookahead.core.engine import Done, Progress, Result, Stats, Step
+from lookahead.server.errors import APIError
+from lookahead.server.follow import follow
 from lookahead.server.jobs import END, Job
 
 
@@ -30,26 +32,26 @@ def as_choice(job: Job, index: int, first: Job) -> Job:
     seed = job.sampling.seed
     if seed is not None and index:
         job.sampling = replace(job.sampling, seed=seed + index)
-    job.cache_prompt = True
     job.sibling_of = first if index else None
     return job
 
 
-async def merged(jobs: Sequence[Job]) -> AsyncIterator[tuple[int, Any]]:
-    """(choice index, event) of every job as they arrive, until each has ended (END is not
-    passed on). Stopping early leaves the jobs to the caller to cancel."""
+async def merged(jobs: Sequence[Job]) -> AsyncIterator[tuple[int, Progress | Step | Done]]:
+    """(choice index, event) of every job as they arrive (`follow`), until each has ended;
+    a job's APIError ends it. Stopping early leaves the jobs to the caller to cancel."""
     if len(jobs) == 1:  # the common case, without a relay
-        while (item := await jobs[0].events.get()) is not END:
+        async for item in follow(jobs[0]):
             yield 0, item
         return
     out: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
     async def relay(i: int, job: Job) -> None:
-        while True:
-            item = await job.events.get()
-            await out.put((i, item))
-            if item is END:
-                return
+        try:
+            async for item in follow(job):
+                await out.put((i, item))
+        except APIError as exc:
+            await out.put((i, exc))
+        await out.put((i, END))
 
     tasks = [asyncio.create_task(relay(i, job)) for i, job in enumerate(jobs)]
     try:
@@ -59,6 +61,8 @@ async def merged(jobs: Sequence[Job]) -> AsyncIterator[tuple[int, Any]]:
             if item is END:
                 left -= 1
                 continue
+            if isinstance(item, APIError):
+                raise item
             yield i, item
     finally:
         for task in tasks:

@@ -22,7 +22,7 @@ from lookahead.server.errors import error_body
 
 # path without the prefix -> the route that serves it
 # (`/completions` without the prefix is llama.cpp's own completion in llama-server, and so
-# it is here: see native_routes.)
+# it is here: see llamacpp/routes.py.)
 UNPREFIXED = {
     "/chat/completions": "/v1/chat/completions",
     "/chat/completions/input_tokens": "/v1/chat/completions/input_tokens",

@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from lookahead.server.chat import ChatPrompts
 from lookahead.server.deps import Caller, ready
-from lookahead.server.schemas import ChatInput
+from lookahead.server.openai.schemas import ChatInput
 from lookahead.server.service import Service
 
 router = APIRouter()

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lookahead.core.engine import Result
-from lookahead.server.native_shape import NativeShape, Outcome, stop_of, text_of
-from lookahead.server.schemas import ChatCompletionRequest, _Common
+from lookahead.server.llamacpp.shape import NativeShape, Outcome, stop_of, text_of
+from lookahead.server.openai.schemas import ChatCompletionRequest, _Common
 
 
 def verbose_of(model: Any, model_id: str, body: _Common, tokens: list[int]) -> Callable[[Result], dict[str, Any]]:

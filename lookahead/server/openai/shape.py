@@ -15,9 +15,9 @@ from lookahead.core.progress import Progress
 from lookahead.core.sampling import TokenProbs
 from lookahead.server.accounting import prediction_counts
 from lookahead.server.choices import total_stats
+from lookahead.server.llamacpp.shape import progress_json, timings
 from lookahead.server.logprobs import Piece, chat_logprobs, completion_logprobs
-from lookahead.server.native_shape import progress_json, timings
-from lookahead.server.schemas import CompletionRequest, _Common
+from lookahead.server.openai.schemas import CompletionRequest, _Common
 
 
 class Shape:

@@ -7,9 +7,9 @@ verify steps) and the answer is what was written up to the stop.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 
 from fastapi import Request
 
@@ -17,9 +17,9 @@ from lookahead.apps.fim import indent_cut
 from lookahead.core.engine import Done, Progress, Result, Stats, Step
 from lookahead.core.sampling import TokenProbs
 from lookahead.server.errors import APIError
-from lookahead.server.jobs import END, Job
-from lookahead.server.native_shape import Outcome, stop_of
-from lookahead.server.respond import raise_for
+from lookahead.server.follow import follow as follow_job
+from lookahead.server.jobs import Job
+from lookahead.server.llamacpp.shape import Outcome, stop_of
 
 
 class Watch:
@@ -100,47 +100,35 @@ async def follow(
     request: Request | None = None,
     capped: bool = False,
 ) -> AsyncIterator[Piece | Outcome | Progress]:
-    """The job's text as it comes, then its Outcome. APIError for a failed generation;
-    a client gone away (`request`, checked twice a second) cancels the job.
-    `capped`: n_predict was cut to what the context leaves, so a "length" end is the
-    context running out (llama.cpp's `truncated`)."""
-    last_check = time.monotonic()
+    """The job's text as it comes (`follow.follow`, with the Watch's stops), then its
+    Outcome. APIError for a failed generation, or one that ended without an answer; a client
+    gone away (`request`) cancels the job. `capped`: n_predict was cut to what the context
+    leaves, so a "length" end is the context running out (llama.cpp's `truncated`)."""
     try:
-        while True:
-            try:
-                item = await asyncio.wait_for(job.events.get(), timeout=0.5)
-            except TimeoutError:
-                item = None
-            if request is not None and time.monotonic() - last_check >= 0.5:
-                last_check = time.monotonic()
-                if await request.is_disconnected():
-                    raise asyncio.CancelledError
-            if item is None:
-                continue
-            if item is END:
-                raise APIError(503, "the generation was cancelled")
-            raise_for(item)
-            if isinstance(item, Progress):  # only a request with return_progress gets these
-                yield item
-            elif isinstance(item, Step):
-                text = watch.step(item)
-                if text or item.tokens:
-                    yield text, list(item.tokens), item.probs
-                if watch.stopped:
-                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
+        async with aclosing(follow_job(job, request)) as events:
+            async for item in events:
+                if isinstance(item, Progress):  # only a request with return_progress gets these
+                    yield item
+                elif isinstance(item, Step):
+                    text = watch.step(item)
+                    if text or item.tokens:
+                        yield text, list(item.tokens), item.probs
+                    if watch.stopped:
+                        yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
+                        return
+                elif isinstance(item, Done):
+                    result = item.result
+                    text = watch.finish(result)
+                    if text:
+                        yield text, [], ()
+                    if watch.stopped:
+                        yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
+                        return
+                    kind, word = stop_of(detokenize(result.tokens), result.text, stops, result.finish_reason)
+                    truncated = result.context_full or (capped and result.finish_reason == "length")
+                    probs = tuple(watch.probs[: len(result.tokens)])
+                    yield Outcome(result.text, list(result.tokens), result.stats, kind, word, truncated, probs)
                     return
-            elif isinstance(item, Done):
-                result = item.result
-                text = watch.finish(result)
-                if text:
-                    yield text, [], ()
-                if watch.stopped:
-                    yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
-                    return
-                kind, word = stop_of(detokenize(result.tokens), result.text, stops, result.finish_reason)
-                truncated = result.context_full or (capped and result.finish_reason == "length")
-                probs = tuple(watch.probs[: len(result.tokens)])
-                yield Outcome(result.text, list(result.tokens), result.stats, kind, word, truncated, probs)
-                return
+        raise APIError(503, "the generation was cancelled")
     finally:
         job.cancel()  # a no-op once the job has ended; stops it if we stopped or the client left

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from lookahead.server.deps import Caller, ServiceDep, ready
-from lookahead.server.respond import serve
-from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest
+from lookahead.server.openai.respond import serve
+from lookahead.server.openai.schemas import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter()
 

@@ -21,28 +21,29 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
+from lookahead.server.admit import admission, draft_settings
+from lookahead.server.choices import as_choice
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.jobs import Job, cache_owner
-from lookahead.server.keepalive import with_pings
-from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import Prepared, draft_config, make_job, prepare
-from lookahead.server.native_run import Watch, follow
-from lookahead.server.native_schemas import (
+from lookahead.server.llamacpp.prepare import Prepared, make_job, prepare
+from lookahead.server.llamacpp.run import Watch, follow
+from lookahead.server.llamacpp.schemas import (
     CompletionRequest,
     DetokenizeRequest,
     InfillRequest,
     NativeRequest,
     TokenizeRequest,
 )
-from lookahead.server.native_shape import NativeShape, Outcome, pick_fields, text_of
-from lookahead.server.prepare import admission, refuse_exact_in_batch
+from lookahead.server.llamacpp.shape import NativeShape, Outcome, pick_fields, text_of
+from lookahead.server.logit_bias import model_bias
 from lookahead.server.service import Service
+from lookahead.server.sse import LLAMACPP, sse_response
 
 router = APIRouter()
 
@@ -180,10 +181,7 @@ async def answer(
     if body.stream and n > 1:
         raise APIError(400, "several prompts or n_cmpl > 1 are not supported with stream", param="n_cmpl")
 
-    try:  # before any work: the same refusal as OpenAI's routes
-        refuse_exact_in_batch(draft_config(service.config.draft, body), worker.capacity)
-    except UserError as exc:
-        raise APIError(400, str(exc), param="lookahead") from exc
+    draft = draft_settings(service.config.draft, body.lookahead, worker.capacity)  # before any work
 
     def prepare_all() -> list[Prepared]:
         with admission():
@@ -218,18 +216,13 @@ async def answer(
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
-    jobs = [make_job(p, body, service.config.draft, loop, owner=cache_owner(caller)) for p in prepared]
+    jobs = [make_job(p, body, draft, loop, owner=cache_owner(caller)) for p in prepared]
     bias = await run_in_threadpool(model_bias, model, body.logit_bias)  # texts are tokenized
     for job in jobs if bias or constraint else []:
         job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
     k = body.completions()
-    for i, job in enumerate(jobs if k > 1 else []):  # completion i of a prompt: seed + i, as llama-server
-        seed = job.sampling.seed
-        job.cache_prompt = True  # the prompt read once for its k completions (as OpenAI's `n`)
-        if i % k:
-            job.sibling_of = jobs[i - i % k]  # with --parallel: a copy of the first one's prompt cells
-            if seed is not None:
-                job.sampling = replace(job.sampling, seed=seed + i % k)
+    if k > 1:  # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
+        jobs = [as_choice(job, i % k, jobs[i - i % k]) for i, job in enumerate(jobs)]
     try:
         with admission():  # a 429 part-way cancels what this request already queued
             for job in jobs:
@@ -261,7 +254,7 @@ async def answer(
         lines = stream_lines(
             follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
         )
-        return StreamingResponse(with_pings(lines, service.config.stream_ping), media_type="text/event-stream")
+        return sse_response(lines, LLAMACPP, service.config.stream_ping)
     try:
         outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
     finally:
@@ -294,19 +287,19 @@ async def stream_lines(
             if isinstance(item, Outcome):
                 remember(service, partition, job, item)
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
-                yield "data: " + json.dumps(final, separators=(",", ":")) + "\n\n"
+                yield json.dumps(final, separators=(",", ":"))
                 break
             if isinstance(item, Progress):
                 part = shape.progress(item, n_predicted)
-                yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
+                yield json.dumps(part, separators=(",", ":"))
                 continue
             text, tokens, probs = item
             n_predicted += len(tokens)
             part = shape.partial(text, tokens, n_predicted, probs)
-            yield "data: " + json.dumps(part, separators=(",", ":")) + "\n\n"
+            yield json.dumps(part, separators=(",", ":"))
     except APIError as exc:
         status = str(exc.status)
-        yield "data: " + json.dumps(exc.body()) + "\n\n"
+        yield json.dumps(exc.body())
     finally:
         job.cancel()
         service.metrics.requests.labels(endpoint, status).inc()

@@ -13,21 +13,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lookahead.server import request_limits as limits
+from lookahead.server.options import LookaheadOptions
 from lookahead.server.unsupported import refuse_unsupported
 
 MAX_STOPS = 4  # OpenAI's limit on stop sequences (below the service's own, `request_limits.STOP`)
 MAX_CHOICES = limits.COMPLETIONS.most  # choices per request (`n`), as llama.cpp's `n_cmpl`
-
-
-class LookaheadOptions(BaseModel):
-    """Per-request drafting control (the extra `lookahead` field); None = the server's default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool | None = None  # False: plain decoding for this request
-    exact: bool | None = None  # greedy output bit-identical to plain decoding (see README)
-    k_max: int | None = Field(default=None, ge=1, le=256)
-    budget: int | None = Field(default=None, ge=1, le=256)
 
 
 class Prediction(BaseModel):

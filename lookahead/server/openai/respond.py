@@ -5,27 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from sse_starlette.sse import EventSourceResponse
 
 from lookahead.core.engine import Done, Progress, Result, Step
 from lookahead.core.sampling import TokenProbs
-from lookahead.errors import LookaheadError, UserError
+from lookahead.server.admit import admission
 from lookahead.server.choices import as_choice, merged
 from lookahead.server.errors import APIError
-from lookahead.server.jobs import END, Job, ShuttingDown
+from lookahead.server.follow import follow
+from lookahead.server.jobs import Job
 from lookahead.server.metrics import Metrics
-from lookahead.server.prepare import admission, prepare
-from lookahead.server.schemas import _Common
+from lookahead.server.openai.prepare import prepare
+from lookahead.server.openai.schemas import _Common
+from lookahead.server.openai.shape import Shape
+from lookahead.server.openai.verbose import verbose_of
 from lookahead.server.service import Service
-from lookahead.server.shape import Shape
-from lookahead.server.verbose import verbose_of
+from lookahead.server.sse import OPENAI, sse_response
 
 
 async def serve(
@@ -57,9 +57,8 @@ async def serve(
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return EventSourceResponse(
-            sse(jobs, shape, include_usage, service.metrics, endpoint), ping=service.config.stream_ping, send_timeout=60
-        )
+        payloads = sse(jobs, shape, include_usage, service.metrics, endpoint)
+        return sse_response(payloads, OPENAI, service.config.stream_ping)
     try:
         results = await asyncio.gather(*(collect(job, request) for job in jobs))
     finally:
@@ -73,22 +72,7 @@ async def serve(
 async def collect(job: Job, request: Request) -> Result:
     """Wait for the job's Result, cancelling it if the client goes away meanwhile."""
     result: Result | None = None
-    last_check = time.monotonic()
-    while True:
-        try:
-            item = await asyncio.wait_for(job.events.get(), timeout=0.5)
-        except TimeoutError:
-            item = None
-        if time.monotonic() - last_check >= 0.5:
-            last_check = time.monotonic()
-            if await request.is_disconnected():
-                job.cancel()
-                raise asyncio.CancelledError
-        if item is None:
-            continue
-        if item is END:
-            break
-        raise_for(item)
+    async for item in follow(job, request):
         if isinstance(item, Done):
             result = item.result
     if result is None:
@@ -96,23 +80,11 @@ async def collect(job: Job, request: Request) -> Result:
     return result
 
 
-def raise_for(item: object) -> None:
-    """An error event from the worker as the APIError to answer with (other events pass)."""
-    if isinstance(item, ShuttingDown):
-        raise APIError(503, "the server is shutting down")
-    if isinstance(item, UserError):
-        raise APIError(400, str(item))
-    if isinstance(item, LookaheadError):
-        raise APIError(500, f"the model failed: {item}")
-    if isinstance(item, Exception):
-        raise APIError(500, "internal error while generating (see the server log)")
-
-
 async def sse(
     jobs: Sequence[Job], shape: Shape, include_usage: bool, metrics: Metrics, endpoint: str
-) -> AsyncIterator[dict[str, str]]:
-    """SSE events of a streaming response, each chunk naming its choice; a client that goes
-    away cancels the jobs."""
+) -> AsyncIterator[str]:
+    """The payloads of a streaming response, each chunk naming its choice; a client that
+    goes away cancels the jobs."""
     status = "200"
     pending: list[list[TokenProbs]] = [[] for _ in jobs]  # with logprobs: those of tokens not yet sent
     first = [True] * len(jobs)
@@ -120,33 +92,31 @@ async def sse(
     try:
         if shape.chat:  # the role first, alone, as OpenAI and llama-server send it
             for i in range(len(jobs)):
-                yield {"data": json.dumps(shape.role_chunk(i))}
+                yield json.dumps(shape.role_chunk(i))
                 first[i] = False
-        async for i, item in merged(jobs):
-            try:
-                raise_for(item)
-            except APIError as exc:
-                status = str(exc.status)
-                yield {"data": json.dumps(exc.body())}
-                break
-            if isinstance(item, Progress):
-                yield {"data": json.dumps(shape.progress_chunk(item, i))}
-            elif isinstance(item, Step):
-                pending[i] += item.probs  # a token whose text is held back goes with the next text
-                if item.text:
-                    yield {"data": json.dumps(shape.chunk(item.text, None, first[i], pending[i], i))}
-                    first[i], pending[i] = False, []
-            elif isinstance(item, Done):
-                results[i] = item.result
-                last = shape.chunk("", item.result.finish_reason, first[i], index=i)
-                if shape.verbose is not None:  # on the finishing chunk, as llama-server sends it
-                    last["__verbose"] = await run_in_threadpool(shape.verbose, item.result)
-                yield {"data": json.dumps(last)}
+        try:
+            async for i, item in merged(jobs):
+                if isinstance(item, Progress):
+                    yield json.dumps(shape.progress_chunk(item, i))
+                elif isinstance(item, Step):
+                    pending[i] += item.probs  # a token whose text is held back goes with the next text
+                    if item.text:
+                        yield json.dumps(shape.chunk(item.text, None, first[i], pending[i], i))
+                        first[i], pending[i] = False, []
+                elif isinstance(item, Done):
+                    results[i] = item.result
+                    last = shape.chunk("", item.result.finish_reason, first[i], index=i)
+                    if shape.verbose is not None:  # on the finishing chunk, as llama-server sends it
+                        last["__verbose"] = await run_in_threadpool(shape.verbose, item.result)
+                    yield json.dumps(last)
+        except APIError as exc:
+            status = str(exc.status)
+            yield json.dumps(exc.body())
         done = [r for r in results if r is not None]
         if include_usage and status == "200" and len(done) == len(jobs):
             usage = await run_in_threadpool(shape.usage_chunk, done)
-            yield {"data": json.dumps(usage)}
-        yield {"data": "[DONE]"}
+            yield json.dumps(usage)
+        yield "[DONE]"
     finally:
         for job in jobs:
             job.cancel()  # a no-op once a job has ended; stops it if the client went away

@@ -12,22 +12,18 @@ completion that runs into existing code copies it in one run), the rest as a sma
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from lookahead.api import Model
-from lookahead.apps.fim import Chunk, FimUnsupported, infill_prompt
+from lookahead.apps.fim import Chunk
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
-from lookahead.index.corpus import CorpusError, CorpusIndex
-from lookahead.index.prediction import PredictionIndex
+from lookahead.server.admit import keeps_prompt
 from lookahead.server.errors import APIError, context_exceeded
+from lookahead.server.fim import fim_tokens_and_sources
 from lookahead.server.jobs import Job
-from lookahead.server.native_schemas import CompletionRequest, InfillRequest, NativeRequest
-from lookahead.server.schemas import CompletionRequest as OpenAICompletion
-
-MIN_CONTEXT_DOC = 8  # shorter texts say too little to draft from
+from lookahead.server.llamacpp.schemas import CompletionRequest, InfillRequest, NativeRequest
 
 
 @dataclass(frozen=True)
@@ -38,34 +34,6 @@ class Prepared:
     max_tokens: int
     capped: bool  # n_predict was more than the context leaves
     sources: list[DraftSource]
-
-
-def fim_tokens_and_sources(
-    model: Model,
-    prefix: str,
-    suffix: str,
-    *,
-    extra: Sequence[Chunk] = (),
-    prompt: str = "",
-    n_ctx: int,
-    n_predict: int,
-) -> tuple[list[int], list[DraftSource]]:
-    """A FIM prompt and the request's own draft sources (the suffix; the prefix and the
-    extra chunks as a corpus); APIError 400 for a model without FIM tokens."""
-    try:
-        fim = infill_prompt(model.backend, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx, n_predict=n_predict)
-    except FimUnsupported as exc:
-        raise APIError(400, str(exc), param="model", code="fim_not_supported") from exc
-    # the draft sources cover at most a context's worth of each text (`fim.clip` cut the
-    # texts before tokenizing): their cost follows the context, not the request's size
-    sources: list[DraftSource] = []
-    if fim.suffix_tokens:
-        sources.append(PredictionIndex(fim.suffix_tokens[:n_ctx], aligned=False))
-    before = fim.prefix_tokens[-n_ctx:] + (model.backend.tokenize(prompt, add_special=False) if prompt else [])
-    corpus = code_corpus([before, *fim.extra_tokens])
-    if corpus is not None:
-        sources.append(corpus)
-    return fim.tokens, sources
 
 
 def infill_tokens(model: Model, body: InfillRequest, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
@@ -79,17 +47,6 @@ def infill_tokens(model: Model, body: InfillRequest, n_ctx: int) -> tuple[list[i
         n_ctx=n_ctx,
         n_predict=body.n_predict,
     )
-
-
-def code_corpus(docs: Sequence[Sequence[int]]) -> CorpusIndex | None:
-    """The file's own text and the other files' chunks as a corpus (None: too little text)."""
-    docs = [d for d in docs if len(d) >= MIN_CONTEXT_DOC]
-    if not docs:
-        return None
-    try:
-        return CorpusIndex.from_tokens(docs)
-    except CorpusError:
-        return None
 
 
 def completion_tokens(model: Model, body: CompletionRequest) -> list[int]:
@@ -127,19 +84,11 @@ def limits(tokens: list[int], n_predict: int, n_ctx: int) -> tuple[int, bool]:
     return n_predict, False
 
 
-def draft_config(base: DraftConfig, body: NativeRequest) -> DraftConfig:
-    opts = body.lookahead
-    if opts is None:
-        return base
-    return replace(base, **{k: v for k, v in opts.model_dump().items() if v is not None})
-
-
 def make_job(
-    prepared: Prepared, body: NativeRequest, base: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
+    prepared: Prepared, body: NativeRequest, draft: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
 ) -> Job:
     try:
         sampling = body.sampling()
-        draft = draft_config(base, body)
     except UserError as exc:
         raise APIError(400, str(exc)) from exc
     return Job(
@@ -150,7 +99,8 @@ def make_job(
         draft=draft,
         sources=list(prepared.sources),
         loop=loop,
-        cache_prompt=body.cache_prompt,  # llama.cpp's default: on (keep this prompt's cells for the next)
+        # llama.cpp's default: on (keep this prompt's cells for the next)
+        cache_prompt=keeps_prompt(body.cache_prompt, body.completions()),
         progress=body.stream and body.return_progress,
         owner=owner,
     )
@@ -170,11 +120,3 @@ def prepare(model: Model, body: NativeRequest, n_ctx: int, memory_source: DraftS
     if memory_source is not None:
         sources.append(memory_source)
     return Prepared(tokens, max_tokens, capped, sources)
-
-
-def openai_prompt(model: Model, body: OpenAICompletion, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
-    """`/v1/completions`' prompt: the text, or with a non-empty `suffix` the FIM prompt
-    (the suffix then a draft source too). APIError 400 for a suffix on a model without FIM."""
-    if not body.suffix:
-        return model.prompt_tokens(body.text()), []
-    return fim_tokens_and_sources(model, body.text(), body.suffix, n_ctx=n_ctx, n_predict=body.max_tokens or -1)

@@ -9,40 +9,23 @@ is refused before its index (some hundreds of bytes a token) is built.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
 
 from jinja2 import TemplateError
 
 from lookahead.api import Model
-from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Result
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
+from lookahead.server.admit import admission, draft_settings, keeps_prompt
 from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError, context_exceeded
-from lookahead.server.jobs import Job, QueueFull, ShuttingDown, cache_owner
+from lookahead.server.fim import fim_tokens_and_sources
+from lookahead.server.jobs import Job, cache_owner
 from lookahead.server.logit_bias import model_bias
-from lookahead.server.native_prepare import openai_prompt
-from lookahead.server.schemas import ChatCompletionRequest, CompletionRequest, _Common
+from lookahead.server.openai.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
-
-
-@contextmanager
-def admission() -> Iterator[None]:
-    """The worker's refusals as the API's: 429 with Retry-After when the queue is full, 503
-    when shutting down."""
-    try:
-        yield
-    except QueueFull as exc:
-        raise APIError(
-            429, "too many requests waiting; retry later", headers={"Retry-After": str(exc.retry_after)}
-        ) from exc
-    except ShuttingDown as exc:
-        raise APIError(503, "the server is shutting down") from exc
 
 
 def prepare(
@@ -100,10 +83,9 @@ def prepare(
             n_probs=body.n_probs(),
             constraint=request_constraint(model, body.grammar, body.json_schema, body.response_format),
         )
-        draft = draft_config(config.draft, body)
     except UserError as exc:
         raise APIError(400, str(exc), param="lookahead") from exc
-    refuse_exact_in_batch(draft, worker.capacity)
+    draft = draft_settings(config.draft, body.lookahead, worker.capacity)
     sources: list[DraftSource] = list(own_sources)
     predicted = prediction_tokens(model, body, n_ctx, len(tokens))
     if predicted:
@@ -129,34 +111,10 @@ def prepare(
         loop=loop,
         on_done=remember,
         predicted=predicted,
-        cache_prompt=body.cache_prompt,  # exact mode starts cold all the same (`Model.stream`)
+        cache_prompt=keeps_prompt(body.cache_prompt, body.n),
         progress=body.stream and body.return_progress,
         owner=cache_owner(caller),
     )
-
-
-def refuse_exact_in_batch(draft: DraftConfig, capacity: int) -> None:
-    """400 for `exact` on a server that decodes requests in batches (every route asks here).
-
-    Refused rather than served through a one-slot path: serving it exactly would mean
-    draining the batch (every other client waits for this one), and answering from the
-    batch is not exact (neighbours' cells change the kernels' summation order)."""
-    if draft.exact and capacity > 1:
-        raise APIError(
-            400,
-            "lookahead.exact needs a server started with --parallel 1: in a batch of requests the "
-            "output is not bit-identical to plain decoding",
-            param="lookahead.exact",
-        )
-
-
-def draft_config(base: DraftConfig, body: _Common) -> DraftConfig:
-    """The server's drafting defaults with the request's `lookahead` options laid over them."""
-    opts = body.lookahead
-    if opts is None:
-        return base
-    changes = {k: v for k, v in opts.model_dump().items() if v is not None}
-    return replace(base, **changes)
 
 
 def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0) -> list[int] | None:
@@ -173,3 +131,11 @@ def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0
             "prediction",
         )
     return tokens
+
+
+def openai_prompt(model: Model, body: CompletionRequest, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
+    """`/v1/completions`' prompt: the text, or with a non-empty `suffix` the FIM prompt
+    (the suffix then a draft source too). APIError 400 for a suffix on a model without FIM."""
+    if not body.suffix:
+        return model.prompt_tokens(body.text()), []
+    return fim_tokens_and_sources(model, body.text(), body.suffix, n_ctx=n_ctx, n_predict=body.max_tokens or -1)

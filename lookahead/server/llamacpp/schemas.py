@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, m
 
 from lookahead.core.sampling import SamplingConfig
 from lookahead.server import request_limits as limits
-from lookahead.server.schemas import LookaheadOptions
+from lookahead.server.options import LookaheadOptions
 from lookahead.server.unsupported import refuse_unsupported
 
 # llama.cpp's sampling defaults (common_params_sampling)
