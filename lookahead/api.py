@@ -208,7 +208,7 @@ def load(
     `repack=False` is only checked, never switched back on.
     """
     config = backend or BackendConfig()
-    # read from here, so a generation right after loading has an interval to judge the load by
+    # sampled from here on, so a generation right after loading has recent readings to judge the load by
     cpu = cpu_load() if config.n_threads == 0 else None
     cache = cache_dir or models.default_cache_dir()
     if path is None:

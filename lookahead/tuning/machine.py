@@ -45,8 +45,8 @@ class MachineTuning:
         # was left to us; see lookahead/tuning/threads.py). Set False to pin the count.
         self.adapt_threads = backend.config.n_threads == 0
         self.governor: ThreadGovernor | None = None
-        # the kernel's count of other processes' CPU time (lookahead/tuning/cpuload.py), read since
-        # `load` began (None: unreadable here, or the thread count is pinned)
+        # the kernel's count of other processes' CPU time over the last moments
+        # (lookahead/tuning/cpuload.py; None: unreadable here, or the thread count is pinned)
         self.cpu = (cpu or cpu_load()) if self.adapt_threads else None
         self.full_threads = backend.n_threads
         # extra fraction of t(n) per cell in the cache, per n (see CostModel); set by calibrate

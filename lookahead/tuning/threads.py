@@ -74,8 +74,9 @@ class ThreadGovernor:
         self.load = load  # the kernel's view of other processes (None: not readable here)
 
     def fit(self) -> int | None:
-        """The thread count the CPUs left free by other processes hold (the probe's
-        reading since the last one), or None without a probe or a reading."""
+        """The thread count the CPUs left free by other processes hold (the probe's reading
+        of the last moments, not of the idle time before a request), or None without a
+        probe or a reading."""
         others = self.load.others() if self.load is not None else None
         if others is None:
             return None
