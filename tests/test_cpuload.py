@@ -150,3 +150,19 @@ def test_the_machine_probe_starts_its_sampler():
     load.sampler.stop()
     load.sampler.thread.join(timeout=2.0)
     assert not load.sampler.thread.is_alive()
+
+
+def test_a_trial_round_left_open_by_the_last_generation_does_not_set_the_next_prefill():
+    m, load, gov = probed()
+    assert gov.begin() is None  # idle: every thread
+    m.others = 1.0  # a load arrives mid-generation, unseen by the probe until the steps slow
+    m.run(0.5)
+    for _ in range(6):  # slow steps at two threads: a round starts, trying one thread
+        gov.observe(4, 2.8 * idle(4))
+    assert gov.threads == 1
+    m.others = 0.0  # the generation ends mid-round; the load goes, a quiet gap
+    m.run(3.0)
+    assert gov.begin() == 2  # the probe's reading of now, not the round's trial count
+    for _ in range(200):  # and the governor goes on from there: idle steps keep every thread
+        gov.observe(4, idle(4))
+    assert gov.threads == 2

@@ -89,14 +89,21 @@ class ThreadGovernor:
 
     def begin(self) -> int | None:
         """A generation starts: with a probe, start at the count that fits the free CPUs
-        (kept for `recheck` steps, as a round's verdict is). Returns a count to switch to."""
-        if self._in_round:
-            return None
+        (kept for `recheck` steps, as a round's verdict is). Returns a count to switch to.
+        A round of trials the last generation left open ends here: its trial count was
+        chosen for a load the probe says is gone (or still there), and would otherwise set
+        this generation's prefill."""
         count = self.fit()
-        if count is None or count == self.threads:
+        if count is None:
+            return None
+        was_trying, self._in_round, self._trial = self._in_round, False, []
+        wait = self.recheck if count < self.max_threads else 0
+        if count == self.threads:
+            if was_trying:
+                self._since, self._wait = 0, wait
             return None
         switched = self._switch(count)
-        self._wait = self.recheck if count < self.max_threads else 0
+        self._wait = wait
         return switched
 
     def median(self, threads: int) -> float | None:
