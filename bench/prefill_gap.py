@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"the prompt text has only {len(tokens)} tokens")
     model.tuning.calibrate()  # cached per machine; a first request would otherwise pay it
     model.generate("", tokens=tokens[:64], max_tokens=1)  # warm: weights paged in
-    full = model.backend.n_threads
+    full = model.tuning.full_threads  # the count with no load (the warm-up may have run reduced)
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
         k = rep % len(CONDITIONS)
