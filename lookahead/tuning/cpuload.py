@@ -105,13 +105,13 @@ class CpuLoad:
 
     def sample(self) -> None:
         """Take a reading and keep it (the background sampler's tick)."""
-        now = self._read()
-        with self._lock:
-            self._keep(now)
+        with self._lock:  # read inside: the ring stays in time order
+            self._keep(self._read())
 
     def others(self) -> float | None:
-        now = self._read()
+        """CPUs other processes used over about the last `window` seconds (see the class)."""
         with self._lock:
+            now = self._read()
             self._keep(now)
             if now is None:
                 return None
