@@ -15,7 +15,7 @@ from lookahead.backend import probe
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig, DraftState
-from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
+from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate, warm
 from lookahead.core.multi import Batch, BatchRequest
 from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
@@ -178,6 +178,12 @@ class Model:
         finally:
             slots.close()
         return [results[i] for i in ids]
+
+    def warm(self, tokens: Sequence[int]) -> Result:
+        """Prefill `tokens` into the prompt cache without generating (an editor's `n_predict: 0`
+        request; see `lookahead.core.engine.warm`), at the thread count the machine allows now."""
+        self.tuning.begin()
+        return warm(self.backend, tokens)
 
     def generate(self, prompt: str | Sequence[dict[str, str]], **kwargs: object) -> Result:
         """Like `stream`, but returns only the final Result (text, tokens, stats)."""

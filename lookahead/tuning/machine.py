@@ -106,7 +106,7 @@ class MachineTuning:
             self.calibrate()
             hook = self._after_verify if adapt else None
         if hook is not None:
-            self._begin()
+            self.begin()
         return hook
 
     def govern_batch(self, batch: Batch, slots: LlamaSlots) -> None:
@@ -148,8 +148,9 @@ class MachineTuning:
             return
         self._use_threads(gov.observe(size, seconds))
 
-    def _begin(self) -> None:
-        """A generation starts: the governor may pick a count from the CPU probe first."""
+    def begin(self) -> None:
+        """A request starts (a generation, or a prefill alone): the governor may pick a count
+        from the CPU probe's reading of the last moments first."""
         if self.governor is not None and self.adapt_threads:
             self._use_threads(self.governor.begin())
 
