@@ -118,8 +118,8 @@ class MachineTuning:
             slots.set_threads(self.full_threads)
         gov = ThreadGovernor(self.full_threads, lambda n: self.idle_cost(n, slots.n_used), load=self.cpu)
         threads = BatchThreads(gov, batch, slots.set_threads)
+        threads.attach()
         threads.begin()
-        batch.after_verify = threads
 
     def idle_cost(self, size: int, cells: int) -> float:
         """Seconds of a verify of `size` tokens on the idle machine at the full thread count, at

@@ -187,6 +187,8 @@ class _Stepping(Protocol):
     """What BatchThreads needs of a batched loop (`lookahead.core.multi.Batch`)."""
 
     cost: CostModel
+    after_verify: Callable[[int, float], None] | None
+    before_start: Callable[[], None] | None
 
 
 class ThreadCosts:
@@ -219,6 +221,12 @@ class BatchThreads:
         self.batch = batch
         self.set_threads = set_threads
         self.thread_costs = ThreadCosts(governor.threads, batch.cost, context=False)
+
+    def attach(self) -> None:
+        """Watch the batch: told every batched verify, and asked before a step that starts
+        requests in an idle batch (a long-running server's batch sits idle between them)."""
+        self.batch.after_verify = self
+        self.batch.before_start = self.begin
 
     def begin(self) -> None:
         """Before the first step: a count from the CPU probe, if it has one."""
