@@ -94,10 +94,13 @@ class Model:
         draft = draft or DraftConfig()
         tokens = list(tokens) if tokens is not None else self.prompt_tokens(prompt, chat)
         hook = self.tuning.prepare(draft)
+        # with a governor, a long prefill's count is read again between its chunks
+        again = self.tuning.begin if hook is not None else None
         if not draft.enabled:
             return generate(
-                self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt, progress=progress
-            )
+                self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt, progress=progress,
+                between_chunks=again,
+            )  # fmt: skip
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.tuning.exact_cap() if draft.exact else None
@@ -107,7 +110,7 @@ class Model:
         cache_prompt = cache_prompt and not draft.exact
         return generate(
             self.backend, tokens, config, drafter, policy, cap, after_verify=hook, cache_prompt=cache_prompt,
-            progress=progress,
+            progress=progress, between_chunks=again,
         )
 
     def add_to(

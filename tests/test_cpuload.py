@@ -166,3 +166,29 @@ def test_a_trial_round_left_open_by_the_last_generation_does_not_set_the_next_pr
     for _ in range(200):  # and the governor goes on from there: idle steps keep every thread
         gov.observe(4, idle(4))
     assert gov.threads == 2
+
+
+def test_a_long_prefill_lets_the_governor_read_the_machine_again_between_its_chunks():
+    # a load that stopped just before the request (or starts during its prefill) is seen
+    # at the next chunk; the chunks are the verifier's own, so the output does not change
+    import numpy as np
+
+    from lookahead.core.engine import Done, GenerationConfig, generate
+    from tests.fake_backend import FakeModel
+
+    prompt = np.random.default_rng(0).integers(0, 6, 50).tolist()
+
+    def run(hooked: bool) -> tuple[list[int], list[int]]:
+        model = FakeModel(n_vocab=6, seed=2, n_batch=16)
+        calls: list[int] = []
+        *_, done = generate(
+            model, prompt, GenerationConfig(max_tokens=8),
+            between_chunks=(lambda: calls.append(model.prefilled)) if hooked else None,
+        )  # fmt: skip
+        assert isinstance(done, Done)
+        return done.result.tokens, calls
+
+    plain, _ = run(False)
+    tokens, calls = run(True)
+    assert calls == [16, 32, 48]  # before each chunk after the first
+    assert tokens == plain
