@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     for condition in ("idle", "busy"):
         spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if condition == "busy" else None
         try:
-            time.sleep(1.0 if spinner else 0.0)
-            if model.tuning.cpu is not None:  # its next reading covers this condition only
-                model.tuning.cpu.others()
+            time.sleep(1.0 if spinner else 0.0)  # the probe reads the last moments: the load is in them
             for rep in range(args.repeats):
                 for i, unit in enumerate(units):
                     order = methods[(rep + i) % len(methods):] + methods[: (rep + i) % len(methods)]

@@ -16,7 +16,7 @@ from lookahead.backend.grammar_guard import GrammarParser
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.draft_state import DraftConfig, DraftState
-from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate
+from lookahead.core.engine import Done, Event, GenerationConfig, GenerationError, Result, generate, warm
 from lookahead.core.multi import Batch, BatchRequest
 from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
@@ -105,17 +105,20 @@ class Model:
         draft = draft or DraftConfig()
         tokens = list(tokens) if tokens is not None else self.prompt_tokens(prompt, chat)
         hook = self.tuning.prepare(draft)
+        # with a governor, a long prefill's count is read again between its chunks
+        again = self.tuning.begin if hook is not None else None
         if not draft.enabled:
             return generate(
-                self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt, progress=progress
-            )
+                self.backend, tokens, config, after_verify=hook, cache_prompt=cache_prompt, progress=progress,
+                between_chunks=again,
+            )  # fmt: skip
         drafter = self.drafting.drafter(draft, extra=sources)
         policy = self.drafting.policy(draft)
         cap = self.tuning.exact_cap() if draft.exact else None
         cache_prompt = reuses_cache(cache_prompt, draft)
         return generate(
             self.backend, tokens, config, drafter, policy, cap, after_verify=hook, cache_prompt=cache_prompt,
-            progress=progress,
+            progress=progress, between_chunks=again,
         )
 
     def add_to(
@@ -187,6 +190,12 @@ class Model:
             slots.close()
         return [results[i] for i in ids]
 
+    def warm(self, tokens: Sequence[int]) -> Result:
+        """Prefill `tokens` into the prompt cache without generating (an editor's `n_predict: 0`
+        request; see `lookahead.core.engine.warm`), at the thread count the machine allows now."""
+        self.tuning.begin()
+        return warm(self.backend, tokens)
+
     def generate(self, prompt: str | Sequence[dict[str, str]], **kwargs: object) -> Result:
         """Like `stream`, but returns only the final Result (text, tokens, stats)."""
         for event in self.stream(prompt, **kwargs):  # type: ignore[arg-type]
@@ -217,7 +226,7 @@ def load(
     `repack=False` is only checked, never switched back on.
     """
     config = backend or BackendConfig()
-    # read from here, so a generation right after loading has an interval to judge the load by
+    # sampled from here on, so a generation right after loading has recent readings to judge the load by
     cpu = cpu_load() if config.n_threads == 0 else None
     cache = cache_dir or models.default_cache_dir()
     if path is None:

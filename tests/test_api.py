@@ -101,3 +101,29 @@ def test_a_batch_too_small_for_a_draft_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="n_batch"):
         BackendConfig(n_batch=1)
+
+
+def test_a_warm_up_prefill_starts_at_the_thread_count_the_cpu_probe_gives(smol_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # an editor's n_predict 0 request is a prefill at a request's start, like a generation's
+    from lookahead.tuning.threads import ThreadGovernor
+
+    class Load:  # other processes' CPUs, as the test sets them
+        cpus, value = 2, 1.0
+
+        def others(self) -> float:
+            return self.value
+
+    load = Load()
+    seen: list[int] = []
+    real = smol_model.backend.set_threads
+    monkeypatch.setattr(smol_model.backend, "set_threads", lambda n: (seen.append(n), real(n)))
+    monkeypatch.setattr(smol_model.tuning, "adapt_threads", True)
+    monkeypatch.setattr(smol_model.tuning, "governor", ThreadGovernor(2, lambda n: 0.01 * n, load=load))  # type: ignore[arg-type]
+    tokens = smol_model.prompt_tokens("def add(a, b):\n    return a + b\n" * 4)
+    try:
+        assert smol_model.warm(tokens).stats.tokens_cached == 0
+        load.value = 0.0  # the other process has stopped
+        assert smol_model.warm(tokens).stats.tokens_cached == len(tokens) - 1
+        assert seen == [1, 2]  # one thread beside the busy process, then every thread
+    finally:
+        real(1)

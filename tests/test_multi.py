@@ -349,3 +349,32 @@ def test_each_step_says_who_took_part_and_splits_its_time_by_the_batchs_clock() 
     assert info.prefilled == [long.id] and info.verified == [first.id]
     assert info.prefill_s > 0 and info.verify_s > 0
     assert info.prefill_s + info.verify_s < info.step_s
+
+
+def test_a_batched_loop_that_sat_idle_reads_the_cpu_probe_again_before_the_next_prefill() -> None:
+    from lookahead.tuning.threads import BatchThreads, ThreadGovernor
+
+    class Probe:  # other processes' CPUs, as the test sets them
+        cpus, value = 2, 1.0
+
+        def others(self) -> float:
+            return self.value
+
+    probe = Probe()
+    model = ClockedMulti({2: 3.0, 1: 1.5}, slots=2, n_vocab=VOCAB, seed=1)
+    at_prefill: list[int] = []
+    prefill = model.prefill
+    model.prefill = lambda slot, chunk: (at_prefill.append(model.n_threads), prefill(slot, chunk))  # type: ignore[method-assign]
+    batch = Batch(model, CostModel({1: 0.04, 8: 0.124}), budget=12, clock=lambda: model.now)
+    threads = BatchThreads(ThreadGovernor(2, ClockedMulti.idle, load=probe), batch, model.set_threads)  # type: ignore[arg-type]
+    threads.attach()
+    threads.begin()
+    for i in range(2):  # a request beside a busy process, then one after the load went away
+        p, cfg, d, pol = job(i, False, max_tokens=8)
+        batch.add(p, cfg, d, pol)
+        while not batch.idle:
+            batch.step()
+        probe.value = 0.0  # the load ends while the batch sits idle
+        model.slowdown = {2: 1.0, 1: 1.7}
+    assert at_prefill[0] == 1 and at_prefill[-1] == 2
+    assert model.n_threads == 2 and batch.cost is threads.costs[2]  # and its cost curve

@@ -169,15 +169,15 @@ def test_cpu_load_counts_other_processes_only():
     readings = iter(
         [
             Reading(busy=100.0, own=10.0, wall=0.0),
-            Reading(busy=100.1, own=10.05, wall=0.1),  # too soon: no value yet
-            Reading(busy=101.5, own=10.5, wall=1.0),  # 1.5 CPU-s busy, 0.5 ours, in 1 s
-            Reading(busy=101.6, own=10.6, wall=1.1),  # too soon: the last value
+            Reading(busy=100.05, own=10.05, wall=0.05),  # too soon: no value yet
+            Reading(busy=101.5, own=10.5, wall=1.05),  # 1.45 CPU-s busy, 0.45 ours, in 1 s
+            Reading(busy=101.8, own=10.7, wall=1.25),  # since the newest reading 0.2 s old: 0.3 - 0.2
         ]
     )
     load = CpuLoad(lambda: next(readings), cpus=2)
     assert load.others() is None
     assert load.others() == pytest.approx(1.0)
-    assert load.others() == pytest.approx(1.0)
+    assert load.others() == pytest.approx(0.5)
 
 
 def test_proc_reader_sums_the_busy_fields_of_our_cpus(tmp_path):

@@ -65,6 +65,7 @@ def generate(
     after_verify: Callable[[int, float], None] | None = None,
     cache_prompt: bool = False,
     progress: bool = False,
+    between_chunks: Callable[[], None] | None = None,
 ) -> Iterator[Event]:
     """Generate from `prompt` tokens; yields a Step per verify step, then Done.
 
@@ -82,13 +83,17 @@ def generate(
     now and for a full cache (exact mode above its split, on most CPUs), the rest of the
     generation is plain decoding and drafting's per-step work stops. `clock` times the steps (an offline replay passes a
     clock its verifier moves by a modeled cost). `after_verify(batch size, seconds)` sees
-    every verify (the thread governor watches them for a busy machine).
+    every verify (the thread governor watches them for a busy machine); `between_chunks()`,
+    if given, is called between the prefill's chunks of n_batch tokens (the governor reads the
+    machine again: a prefill lasts seconds, and a load may go or come meanwhile).
 
     With no drafter (or a policy that drafts nothing) this is plain decoding. A request that
     cannot be served raises GenerationError here, before the first event is asked for.
     """
     check_prompt(prompt, verifier.n_ctx)
-    return _run(verifier, prompt, config, drafter, policy, node_cap, clock, after_verify, cache_prompt, progress)
+    return _run(
+        verifier, prompt, config, drafter, policy, node_cap, clock, after_verify, cache_prompt, progress, between_chunks
+    )
 
 
 def _may_pay(policy: Policy, nodes: int) -> bool:
@@ -111,6 +116,7 @@ def _run(
     after_verify: Callable[[int, float], None] | None = None,
     cache_prompt: bool = False,
     progress: bool = False,
+    between_chunks: Callable[[], None] | None = None,
 ) -> Iterator[Event]:
     """The loop of `generate`, once the request is known to be servable."""
     policy = policy or FixedPolicy(0)
@@ -129,10 +135,14 @@ def _run(
     if progress:
         req.report_progress = True
         yield req.progress(kept, t0)
+    if progress or between_chunks is not None:  # the verifier's own chunks: the same cells
         for lo in range(0, len(todo), verifier.n_batch):
+            if lo and between_chunks is not None:
+                between_chunks()
             chunk = todo[lo : lo + verifier.n_batch]
             verifier.prefill(chunk)
-            yield req.progress(kept + lo + len(chunk), clock())
+            if progress:
+                yield req.progress(kept + lo + len(chunk), clock())
     else:
         verifier.prefill(todo)
     req.stats.prefill_s = clock() - t0

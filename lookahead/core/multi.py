@@ -145,7 +145,8 @@ class Batch:
     returns the (request, event) pairs it produced, a request's last being its Done.
     `cancel` drops a request at once. `cost` is the shared verify-cost model (t(n) of the
     whole batch); `budget` the most draft nodes per step. `after_verify(size, seconds)`, if
-    set, is told every batched verify (the thread governor, `lookahead.tuning.threads.BatchThreads`).
+    set, is told every batched verify, and `before_start()` is called before a step that starts
+    requests in an idle batch (the thread governor, `lookahead.tuning.threads.BatchThreads`).
     With `isolate` set (a service), an exception while one request drafts, or a UserError
     while it accepts (its grammar leaves no token), ends that request alone: it is cancelled
     and listed in `failed` (read and cleared by the caller), and the step goes on for the
@@ -173,6 +174,7 @@ class Batch:
         self.active: list[BatchRequest] = []
         self.last = StepInfo()
         self.after_verify: Callable[[int, float], None] | None = None
+        self.before_start: Callable[[], None] | None = None  # see the class docstring
         self.isolate = False
         self.failed: list[tuple[BatchRequest, Exception]] = []
         self._ids = itertools.count()
@@ -234,6 +236,8 @@ class Batch:
     def step(self) -> list[tuple[BatchRequest, Event]]:
         """Admit, prefill one chunk, verify every ready request in one decode, accept."""
         v = self.verifier
+        if self.before_start is not None and self.waiting and not self.active:
+            self.before_start()
         start = self.clock()
         events: list[tuple[BatchRequest, Event]] = []
         for req in list(self.waiting):

@@ -7,7 +7,7 @@ prompt's prefill (`n_batch` tokens each), and closes the generator, so the next 
 starts within one step or one chunk. A request with `cache_prompt` leaves its KV cells (the
 committed ones are consistent at either point): the next one keeps those of the prefix it
 shares with them and frees the rest; any other frees every cell when it ends. A warm-up
-(`n_predict: 0`, `Job.warm_up`) only prefills its prompt into the cache (`engine.warm`). A failure in
+(`n_predict: 0`, `Job.warm_up`) only prefills its prompt into the cache (`Model.warm`). A failure in
 one generation is that request's error, never the thread's end. The queue, the shutdown and
 the guarded `on_done` are `jobs.WorkerBase`'s.
 """
@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from lookahead.api import Model
-from lookahead.core.engine import Done, Event, warm
+from lookahead.core.engine import Done, Event
 from lookahead.errors import Interrupted, LookaheadError
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
@@ -72,7 +72,7 @@ class Worker(WorkerBase):
         self._cache_owner = job.owner
         try:
             if job.warm_up:  # n_predict 0: the prompt into the cache, nothing written
-                events = iter([Done(warm(backend, job.tokens))])
+                events = iter([Done(self.model.warm(job.tokens))])
             else:
                 events = self.model.stream(
                     "",

@@ -8,6 +8,13 @@ own, and the difference is what other processes (or, in a VM, the hypervisor's s
 took from the CPUs we may run on. So a generation can start at the right count, and a
 reduced count can stay while the load lasts without trial steps.
 
+The reading judges the last WINDOW seconds only, not the time since the previous request:
+after an idle gap in which an editor or a browser ran for a while and stopped, the CPUs are
+free now, and a request that started at one thread for it ran its prefill at half speed. A
+background thread (`Sampler`) reads the counters every PERIOD seconds and keeps the last
+few readings, so a request's start costs one more reading (a fraction of a millisecond),
+not a wait.
+
 Not available (None) off Linux, or under a cgroup CPU quota smaller than the CPUs we may
 run on: the quota then limits us, and /proc/stat shows the host, not the limit.
 """
@@ -15,13 +22,19 @@ run on: the quota then limits us, and /proc/stat shows the host, not the limit.
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-# Shortest interval worth a reading: /proc/stat counts in ticks of 1/100 s per CPU.
-MIN_INTERVAL = 0.25
+# Seconds of recent history a reading judges: /proc/stat counts in ticks of 1/100 s per CPU,
+# so one CPU busy throughout reads 1.0 +- 0.1 over 0.2 s, clear of the 0.5 that costs a thread.
+WINDOW = 0.2
+# Seconds between the background sampler's readings (each costs ~0.1 ms of one CPU).
+PERIOD = 0.1
 
 
 class Reading(NamedTuple):
@@ -75,27 +88,72 @@ def _quota_cpus(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> float | None:
 
 
 class CpuLoad:
-    """`others()`: CPUs other processes used since the previous reading (at least
-    MIN_INTERVAL ago; a call sooner returns the last value)."""
+    """`others()`: CPUs other processes used over about the last `window` seconds: since the
+    newest kept reading at least that old (None before one at least half that old exists).
+    Readings come from `others()` itself and from `sample()`, which a `Sampler` calls in
+    the background so that one that old is always at hand."""
 
-    def __init__(self, read: Callable[[], Reading | None], cpus: int) -> None:
+    def __init__(self, read: Callable[[], Reading | None], cpus: int, window: float = WINDOW) -> None:
         self.cpus = cpus
+        self.window = window
         self._read = read
-        self._last = read()
-        self._value: float | None = None
+        self._lock = threading.Lock()  # the sampler's thread and the caller's share the ring
+        # readings, oldest first; of those at least `window` old only the newest is kept
+        self._ring: deque[Reading] = deque()
+        self.sampler: Sampler | None = None  # the background reader, if one was started
+        self.sample()
+
+    def sample(self) -> None:
+        """Take a reading and keep it (the background sampler's tick)."""
+        with self._lock:  # read inside: the ring stays in time order
+            self._keep(self._read())
 
     def others(self) -> float | None:
-        now = self._read()
-        last = self._last
-        if now is None or last is None:
-            self._last = now
+        """CPUs other processes used over about the last `window` seconds (see the class)."""
+        with self._lock:
+            now = self._read()
+            self._keep(now)
+            if now is None:
+                return None
+            base = self._ring[0]  # the newest reading at least `window` old, if there is one
+        dt = now.wall - base.wall
+        if dt < self.window / 2:  # only in the first moments, or after an unreadable one
             return None
-        dt = now.wall - last.wall
-        if dt < MIN_INTERVAL:
-            return self._value
-        self._value = max(0.0, ((now.busy - last.busy) - (now.own - last.own)) / dt)
-        self._last = now
-        return self._value
+        return max(0.0, ((now.busy - base.busy) - (now.own - base.own)) / dt)
+
+    def _keep(self, now: Reading | None) -> None:
+        """Append `now`; drop readings the window no longer needs (an unreadable moment
+        forgets them all: a difference across it could mix counters)."""
+        ring = self._ring
+        if now is None:
+            ring.clear()
+            return
+        ring.append(now)
+        while len(ring) > 1 and ring[1].wall <= now.wall - self.window:
+            ring.popleft()
+
+
+class Sampler:
+    """A daemon thread that calls `load.sample()` every `period` seconds until `stop()`, or
+    until `load` is no longer used anywhere else (it holds only a weak reference)."""
+
+    def __init__(self, load: CpuLoad, period: float = PERIOD) -> None:
+        self._stop = threading.Event()
+        ref = weakref.ref(load)
+        self.thread = threading.Thread(target=_sample, args=(ref, period, self._stop), name="cpu-load", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _sample(ref: weakref.ref[CpuLoad], period: float, stop: threading.Event) -> None:
+    while not stop.wait(period):
+        load = ref()
+        if load is None:
+            return
+        load.sample()
+        del load  # no strong reference while waiting: the load may be collected meanwhile
 
 
 def cpu_load() -> CpuLoad | None:
@@ -110,4 +168,6 @@ def cpu_load() -> CpuLoad | None:
     read = proc_reader(cpus)
     if read() is None:
         return None
-    return CpuLoad(read, len(cpus))
+    load = CpuLoad(read, len(cpus))
+    load.sampler = Sampler(load)
+    return load

@@ -45,8 +45,8 @@ class MachineTuning:
         # was left to us; see lookahead/tuning/threads.py). Set False to pin the count.
         self.adapt_threads = backend.config.n_threads == 0
         self.governor: ThreadGovernor | None = None
-        # the kernel's count of other processes' CPU time (lookahead/tuning/cpuload.py), read since
-        # `load` began (None: unreadable here, or the thread count is pinned)
+        # the kernel's count of other processes' CPU time over the last moments
+        # (lookahead/tuning/cpuload.py; None: unreadable here, or the thread count is pinned)
         self.cpu = (cpu or cpu_load()) if self.adapt_threads else None
         self.full_threads = backend.n_threads
         # extra fraction of t(n) per cell in the cache, per n (see CostModel); set by calibrate
@@ -106,7 +106,7 @@ class MachineTuning:
             self.calibrate()
             hook = self._after_verify if adapt else None
         if hook is not None:
-            self._begin()
+            self.begin()
         return hook
 
     def govern_batch(self, batch: Batch, slots: LlamaSlots) -> None:
@@ -118,8 +118,8 @@ class MachineTuning:
             slots.set_threads(self.full_threads)
         gov = ThreadGovernor(self.full_threads, lambda n: self.idle_cost(n, slots.n_used), load=self.cpu)
         threads = BatchThreads(gov, batch, slots.set_threads)
+        threads.attach()
         threads.begin()
-        batch.after_verify = threads
 
     def idle_cost(self, size: int, cells: int) -> float:
         """Seconds of a verify of `size` tokens on the idle machine at the full thread count, at
@@ -148,8 +148,9 @@ class MachineTuning:
             return
         self._use_threads(gov.observe(size, seconds))
 
-    def _begin(self) -> None:
-        """A generation starts: the governor may pick a count from the CPU probe first."""
+    def begin(self) -> None:
+        """A request starts (a generation, or a prefill alone): the governor may pick a count
+        from the CPU probe's reading of the last moments first."""
         if self.governor is not None and self.adapt_threads:
             self._use_threads(self.governor.begin())
 

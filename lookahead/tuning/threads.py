@@ -74,8 +74,9 @@ class ThreadGovernor:
         self.load = load  # the kernel's view of other processes (None: not readable here)
 
     def fit(self) -> int | None:
-        """The thread count the CPUs left free by other processes hold (the probe's
-        reading since the last one), or None without a probe or a reading."""
+        """The thread count the CPUs left free by other processes hold (the probe's reading
+        of the last moments, not of the idle time before a request), or None without a
+        probe or a reading."""
         others = self.load.others() if self.load is not None else None
         if others is None:
             return None
@@ -88,14 +89,21 @@ class ThreadGovernor:
 
     def begin(self) -> int | None:
         """A generation starts: with a probe, start at the count that fits the free CPUs
-        (kept for `recheck` steps, as a round's verdict is). Returns a count to switch to."""
-        if self._in_round:
-            return None
+        (kept for `recheck` steps, as a round's verdict is). Returns a count to switch to.
+        A round of trials the last generation left open ends here: its trial count was
+        chosen for a load the probe says is gone (or still there), and would otherwise set
+        this generation's prefill."""
         count = self.fit()
-        if count is None or count == self.threads:
+        if count is None:
+            return None
+        was_trying, self._in_round, self._trial = self._in_round, False, []
+        wait = self.recheck if count < self.max_threads else 0
+        if count == self.threads:
+            if was_trying:
+                self._since, self._wait = 0, wait
             return None
         switched = self._switch(count)
-        self._wait = self.recheck if count < self.max_threads else 0
+        self._wait = wait
         return switched
 
     def median(self, threads: int) -> float | None:
@@ -179,6 +187,8 @@ class _Stepping(Protocol):
     """What BatchThreads needs of a batched loop (`lookahead.core.multi.Batch`)."""
 
     cost: CostModel
+    after_verify: Callable[[int, float], None] | None
+    before_start: Callable[[], None] | None
 
 
 class ThreadCosts:
@@ -211,6 +221,12 @@ class BatchThreads:
         self.batch = batch
         self.set_threads = set_threads
         self.thread_costs = ThreadCosts(governor.threads, batch.cost, context=False)
+
+    def attach(self) -> None:
+        """Watch the batch: told every batched verify, and asked before a step that starts
+        requests in an idle batch (a long-running server's batch sits idle between them)."""
+        self.batch.after_verify = self
+        self.batch.before_start = self.begin
 
     def begin(self) -> None:
         """Before the first step: a count from the CPU probe, if it has one."""
