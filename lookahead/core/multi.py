@@ -61,15 +61,12 @@ class MultiVerifier(Protocol):
     def n_used(self) -> int: ...
 
     def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
-        """A free slot for a request whose committed prompt will be `tokens`; with `cache`
-        the one whose cells (cached by the same `owner`) share the longest prefix with
-        them, those cells kept; else one emptied. Returns (slot, tokens kept); BackendError
-        if none is free."""
+        """A free slot for committed prompt `tokens`: with `cache`, the one whose cells (cached by
+        the same `owner`) share its longest prefix, kept; else one emptied. (slot, kept)."""
         ...
 
     def release(self, slot: int, keep: bool = False) -> None:
-        """Give `slot` back: every cell freed (committed, draft and parked), or with `keep`
-        its committed cells left for the prompt cache."""
+        """Give `slot` back: every cell freed, or with `keep` its committed ones kept (cached)."""
         ...
 
     def slot_past(self, slot: int) -> int: ...
@@ -95,7 +92,6 @@ class MultiVerifier(Protocol):
         ...
 
     def is_eog(self, token: int) -> bool: ...
-
     def token_bytes(self, token: int) -> bytes: ...
 
 
@@ -174,7 +170,7 @@ class Batch:
         self.active: list[BatchRequest] = []
         self.last = StepInfo()
         self.after_verify: Callable[[int, float], None] | None = None
-        self.before_start: Callable[[], None] | None = None  # see the class docstring
+        self.before_start: Callable[[], None] | None = None  # (see the class docstring)
         self.isolate = False
         self.failed: list[tuple[BatchRequest, Exception]] = []
         self._ids = itertools.count()
