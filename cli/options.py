@@ -220,6 +220,18 @@ KvUnifiedOption = Annotated[
         "depend on the requests beside it.",
     ),
 ]
+BATCH_SIZE = 1024  # serve's default: llama.vim's recommended -b (llama-server's own default is 2048)
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(
+        "-b",
+        "--batch-size",
+        help="As llama-server's -b for fill-in-the-middle prompts (/infill, a suffix on "
+        "/v1/completions): the tokens given to the code around the cursor, 3/4 before it and 1/4 "
+        "after; the rest of the context holds other files' chunks. Smaller: less to read again after "
+        "an edit (llama.vim recommends 1024), less code seen.",
+    ),
+]
 CACHE_REUSE = 256  # serve's default: llama.vim's recommended --cache-reuse
 CacheReuseOption = Annotated[
     int,

@@ -151,6 +151,7 @@ def run_serve(
     slots_endpoint: bool = True,
     chat_template: str | None = None,
     cache_reuse: int = 0,
+    batch_size: int = 2048,
 ) -> int:
     import uvicorn
 
@@ -167,6 +168,8 @@ def run_serve(
         raise ConfigError(f"--ctx-size must be >= 0 (0 = the model's own), got {n_ctx}")
     if threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
+    if batch_size < 64:
+        raise ConfigError(f"--batch-size must be >= 64, got {batch_size}")
     if cache_reuse < 0:
         raise ConfigError(f"--cache-reuse must be >= 0 (0 = off), got {cache_reuse}")
     if index_scope not in (None, "key", "none"):
@@ -208,6 +211,7 @@ def run_serve(
         cors_origins=origins,
         slots_endpoint=slots_endpoint,
         chat_template=chat_template,
+        fim_batch=batch_size,
     )
     if index_file is not None and not config.remembers:
         err.print(

@@ -10,10 +10,12 @@ import typer
 
 from lookahead.cli.errors import fail, handled
 from lookahead.cli.options import (
+    BATCH_SIZE,
     CACHE_REUSE,
     CTX_SIZE,
     DRAFT,
     AliasOption,
+    BatchSizeOption,
     BudgetOption,
     CacheReuseOption,
     ChatTemplateFileOption,
@@ -63,6 +65,7 @@ def serve(
     n_ctx: CtxSizeOption = CTX_SIZE,
     threads: ThreadsOption = 0,
     cache_reuse: CacheReuseOption = CACHE_REUSE,
+    batch_size: BatchSizeOption = BATCH_SIZE,
     no_shared_index: Annotated[
         bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
     ] = False,
@@ -134,6 +137,7 @@ def serve(
             n_ctx=n_ctx,
             threads=threads,
             cache_reuse=cache_reuse,
+            batch_size=batch_size,
             shared_index=not no_shared_index,
             index_file=index_file,
             index_scope=index_scope,

@@ -274,3 +274,22 @@ def test_a_grammar_shapes_every_completion_of_an_infill(server: Running) -> None
     r = post(server, "/infill", body)
     assert r.status_code == 200, r.text
     assert [a["content"] for a in r.json()] == ["xxx", "xxx"]  # each completion its own grammar state
+
+
+def test_the_batch_size_bounds_the_code_around_the_cursor(qwen_path: Path) -> None:
+    # llama-server's -b: 3/4 of it for the code before the cursor, 1/4 after (less the prompt)
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+
+    config = ServeConfig(model_id=MODEL_ID, fim_batch=256)
+    load_it = lambda: load(qwen_path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))  # noqa: E731
+    long_prefix, long_suffix = "x = 1\n" * 400, "y = 2\n" * 400
+    with serving(config, load_it) as s:
+        model = s.service.model
+        body = {"input_prefix": long_prefix, "input_suffix": long_suffix, "n_predict": 1, "temperature": 0}
+        with s.client() as c:
+            answer = c.post("/infill", json=body).json()
+        small = infill_prompt(model.backend, long_prefix, long_suffix, n_ctx=N_CTX, n_predict=1, n_batch=256)
+        large = infill_prompt(model.backend, long_prefix, long_suffix, n_ctx=N_CTX, n_predict=1)
+    assert answer["tokens_evaluated"] == len(small.tokens) < len(large.tokens)
+    assert len(small.tokens) <= 256 + 8

@@ -52,6 +52,7 @@ def no_serve(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--grace-period", "0"], "--grace-period"),
         (["--replica-id", "a b"], "--replica-id"),
         (["--cache-reuse", "-1"], "--cache-reuse"),
+        (["--batch-size", "8"], "--batch-size"),
     ],
 )
 def test_bad_options_fail_before_loading(no_serve: None, args: list[str], needle: str) -> None:
@@ -81,6 +82,15 @@ def test_cache_reuse_is_llama_servers_flag_on_by_default_as_llama_vim_asks(monke
     assert seen["cache_reuse"] == 256
     assert runner.invoke(app, ["serve", "--cache-reuse", "0"]).exit_code == 0
     assert seen["cache_reuse"] == 0
+
+
+def test_batch_size_is_llama_servers_b_at_llama_vims_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+    monkeypatch.setattr(lookahead.cli.serve_cmd, "run_serve", lambda **kw: seen.update(kw))
+    assert runner.invoke(app, ["serve"]).exit_code == 0
+    assert seen["batch_size"] == 1024
+    assert runner.invoke(app, ["serve", "-b", "2048"]).exit_code == 0
+    assert seen["batch_size"] == 2048
 
 
 @pytest.mark.parametrize(

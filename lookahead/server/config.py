@@ -52,6 +52,10 @@ class ServeConfig:
     slots_endpoint: bool = True  # GET /slots (off: 501, as llama-server with --no-slots)
     # the chat template's Jinja source (--chat-template, resolved at the edge); None: the model's own
     chat_template: str | None = None
+    # a fill-in-the-middle prompt's share for the code around the cursor (3/4 before it, 1/4
+    # after), as llama-server's logical batch (-b) sizes it; the rest of the context holds
+    # `input_extra` chunks. llama.cpp's default is 2048; `lookahead serve` uses 1024
+    fim_batch: int = 2048
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lookahead.api import Model
-from lookahead.apps.fim import Chunk, FimUnsupported, infill_prompt
+from lookahead.apps.fim import DEFAULT_BATCH, Chunk, FimUnsupported, infill_prompt
 from lookahead.index.base import DraftSource
 from lookahead.index.corpus import CorpusError, CorpusIndex
 from lookahead.index.prediction import PredictionIndex
@@ -31,11 +31,15 @@ def fim_tokens_and_sources(
     prompt: str = "",
     n_ctx: int,
     n_predict: int,
+    n_batch: int = DEFAULT_BATCH,
 ) -> tuple[list[int], list[DraftSource]]:
     """A FIM prompt and the request's own draft sources (the suffix; the prefix and the
-    extra chunks as a corpus); APIError 400 for a model without FIM tokens."""
+    extra chunks as a corpus); APIError 400 for a model without FIM tokens. `n_batch`: the
+    code around the cursor's share of the prompt, as llama-server's `-b` (`infill_prompt`)."""
     try:
-        fim = infill_prompt(model.backend, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx, n_predict=n_predict)
+        fim = infill_prompt(
+            model.backend, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx, n_predict=n_predict, n_batch=n_batch
+        )
     except FimUnsupported as exc:
         raise APIError(400, str(exc), param="model", code="fim_not_supported") from exc
     # the draft sources cover at most a context's worth of each text (`fim.clip` cut the

@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass
 
 from lookahead.api import Model
-from lookahead.apps.fim import Chunk
+from lookahead.apps.fim import DEFAULT_BATCH, Chunk
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
@@ -36,7 +36,9 @@ class Prepared:
     sources: list[DraftSource]
 
 
-def infill_tokens(model: Model, body: InfillRequest, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
+def infill_tokens(
+    model: Model, body: InfillRequest, n_ctx: int, n_batch: int = DEFAULT_BATCH
+) -> tuple[list[int], list[DraftSource]]:
     """`/infill`'s prompt and draft sources."""
     return fim_tokens_and_sources(
         model,
@@ -46,6 +48,7 @@ def infill_tokens(model: Model, body: InfillRequest, n_ctx: int) -> tuple[list[i
         prompt=body.prompt,
         n_ctx=n_ctx,
         n_predict=body.n_predict,
+        n_batch=n_batch,
     )
 
 
@@ -106,11 +109,13 @@ def make_job(
     )
 
 
-def prepare(model: Model, body: NativeRequest, n_ctx: int, memory_source: DraftSource | None) -> Prepared:
+def prepare(
+    model: Model, body: NativeRequest, n_ctx: int, memory_source: DraftSource | None, n_batch: int = DEFAULT_BATCH
+) -> Prepared:
     """Tokenize and check one request (APIError 400 for what cannot be served)."""
     try:
         if isinstance(body, InfillRequest):
-            tokens, sources = infill_tokens(model, body, n_ctx)
+            tokens, sources = infill_tokens(model, body, n_ctx, n_batch)
         else:
             assert isinstance(body, CompletionRequest)
             tokens, sources = completion_tokens(model, body), []

@@ -186,10 +186,8 @@ async def answer(
     def prepare_all() -> list[Prepared]:
         with admission():
             worker.check_room()  # 429 before any work
-        return [
-            prepare(model, b, worker.n_ctx, memory.source(partition) if memory is not None else None)
-            for b in answers
-        ]
+        memory_source = (lambda: memory.source(partition)) if memory is not None else (lambda: None)
+        return [prepare(model, b, worker.n_ctx, memory_source(), service.config.fim_batch) for b in answers]
 
     # 400 for an invalid grammar or schema; parsed off the event loop (a schema's can be long)
     constraint = await run_in_threadpool(request_constraint, model, body.grammar, body.json_schema)

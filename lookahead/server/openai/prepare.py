@@ -13,6 +13,7 @@ import asyncio
 from jinja2 import TemplateError
 
 from lookahead.api import Model
+from lookahead.apps.fim import DEFAULT_BATCH
 from lookahead.core.engine import Result
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
@@ -50,7 +51,7 @@ def prepare(
             assert isinstance(body, CompletionRequest)
             wanted = body.max_tokens
             # with `suffix`: the fill-in-the-middle prompt /infill builds, the suffix a draft source
-            tokens, own_sources = openai_prompt(model, body, worker.n_ctx)
+            tokens, own_sources = openai_prompt(model, body, worker.n_ctx, config.fim_batch)
     except LookaheadError as exc:
         raise APIError(400, str(exc), param="messages" if chat else "prompt") from exc
     except (ValueError, TemplateError) as exc:  # the model's chat template refused the messages
@@ -133,9 +134,13 @@ def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0
     return tokens
 
 
-def openai_prompt(model: Model, body: CompletionRequest, n_ctx: int) -> tuple[list[int], list[DraftSource]]:
+def openai_prompt(
+    model: Model, body: CompletionRequest, n_ctx: int, n_batch: int = DEFAULT_BATCH
+) -> tuple[list[int], list[DraftSource]]:
     """`/v1/completions`' prompt: the text, or with a non-empty `suffix` the FIM prompt
     (the suffix then a draft source too). APIError 400 for a suffix on a model without FIM."""
     if not body.suffix:
         return model.prompt_tokens(body.text()), []
-    return fim_tokens_and_sources(model, body.text(), body.suffix, n_ctx=n_ctx, n_predict=body.max_tokens or -1)
+    return fim_tokens_and_sources(
+        model, body.text(), body.suffix, n_ctx=n_ctx, n_predict=body.max_tokens or -1, n_batch=n_batch
+    )
