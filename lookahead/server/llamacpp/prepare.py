@@ -12,6 +12,7 @@ completion that runs into existing code copies it in one run), the rest as a sma
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lookahead.api import Model
@@ -85,7 +86,12 @@ def limits(tokens: list[int], n_predict: int, n_ctx: int) -> tuple[int, bool]:
 
 
 def make_job(
-    prepared: Prepared, body: NativeRequest, draft: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
+    prepared: Prepared,
+    body: NativeRequest,
+    draft: DraftConfig,
+    loop: asyncio.AbstractEventLoop,
+    owner: str = "",
+    on_done: Callable[[Job, Sequence[int]], None] | None = None,
 ) -> Job:
     try:
         sampling = body.sampling()
@@ -103,6 +109,7 @@ def make_job(
         cache_prompt=keeps_prompt(body.cache_prompt, body.completions()),
         progress=body.stream and body.return_progress,
         owner=owner,
+        on_done=on_done,
     )
 
 

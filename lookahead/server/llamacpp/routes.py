@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response
 
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
-from lookahead.server.admit import admission, draft_settings
+from lookahead.server.admit import admission, draft_settings, remembering
 from lookahead.server.choices import as_choice
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
@@ -216,7 +216,8 @@ async def answer(
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
-    jobs = [make_job(p, body, draft, loop, owner=cache_owner(caller)) for p in prepared]
+    on_done = remembering(memory, partition)  # by the worker, also for a job our stops end
+    jobs = [make_job(p, body, draft, loop, owner=cache_owner(caller), on_done=on_done) for p in prepared]
     bias = await run_in_threadpool(model_bias, model, body.logit_bias)  # texts are tokenized
     for job in jobs if bias or constraint else []:
         job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
@@ -246,13 +247,12 @@ async def answer(
     async def outcome(job: Job, p: Prepared) -> Outcome:
         async for item in follow_job(job, p, stream=False):
             if isinstance(item, Outcome):
-                remember(service, partition, job, item)
                 return item
         raise APIError(503, "the generation was cancelled")
 
     if body.stream:
         lines = stream_lines(
-            follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
+            follow_job(jobs[0], first, stream=True), shapes[0], body, service, jobs[0], endpoint
         )
         return sse_response(lines, LLAMACPP, service.config.stream_ping)
     try:
@@ -265,18 +265,11 @@ async def answer(
     return JSONResponse(bodies[0] if n == 1 else bodies)
 
 
-def remember(service: Service, partition: str, job: Job, out: Outcome) -> None:
-    """Keep the request in the service's memory of earlier requests (drafts for the next)."""
-    if service.memory is not None:
-        service.memory.add(partition, [job.tokens + out.tokens])
-
-
 async def stream_lines(
     items: AsyncIterator[Any],
     shape: NativeShape,
     body: NativeRequest,
     service: Service,
-    partition: str,
     job: Job,
     endpoint: str,
 ) -> AsyncIterator[str]:
@@ -285,7 +278,6 @@ async def stream_lines(
     try:
         async for item in items:
             if isinstance(item, Outcome):
-                remember(service, partition, job, item)
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
                 yield json.dumps(final, separators=(",", ":"))
                 break

@@ -13,12 +13,11 @@ import asyncio
 from jinja2 import TemplateError
 
 from lookahead.api import Model
-from lookahead.core.engine import Result
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server.admit import admission, draft_settings, keeps_prompt
+from lookahead.server.admit import admission, draft_settings, keeps_prompt, remembering
 from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.fim import fim_tokens_and_sources
@@ -97,10 +96,6 @@ def prepare(
         if shared is not None:
             sources.append(shared)
 
-    def remember(job: Job, result: Result) -> None:
-        if memory is not None:
-            memory.add(partition, [job.tokens + result.tokens])
-
     return Job(
         tokens=tokens,
         max_tokens=wanted or room,
@@ -109,7 +104,7 @@ def prepare(
         draft=draft,
         sources=sources,
         loop=loop,
-        on_done=remember,
+        on_done=remembering(memory, partition),
         predicted=predicted,
         cache_prompt=keeps_prompt(body.cache_prompt, body.n),
         progress=body.stream and body.return_progress,
