@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -26,12 +25,12 @@ from fastapi.responses import JSONResponse, Response
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
 from lookahead.server.admit import admission, draft_settings, remembering
-from lookahead.server.choices import as_choice
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
+from lookahead.server.generation import jobs_for
 from lookahead.server.jobs import Job, cache_owner
-from lookahead.server.llamacpp.prepare import Prepared, make_job, prepare
+from lookahead.server.llamacpp.prepare import Prepared, generation_of, prepare, sampling_of
 from lookahead.server.llamacpp.run import Watch, follow
 from lookahead.server.llamacpp.schemas import (
     CompletionRequest,
@@ -41,7 +40,6 @@ from lookahead.server.llamacpp.schemas import (
     TokenizeRequest,
 )
 from lookahead.server.llamacpp.shape import NativeShape, Outcome, pick_fields, text_of
-from lookahead.server.logit_bias import model_bias
 from lookahead.server.service import Service
 from lookahead.server.sse import LLAMACPP, sse_response
 
@@ -216,14 +214,11 @@ async def answer(
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
+    sampling = await run_in_threadpool(sampling_of, model, body, constraint)
     on_done = remembering(memory, partition)  # by the worker, also for a job our stops end
-    jobs = [make_job(p, body, draft, loop, owner=cache_owner(caller), on_done=on_done) for p in prepared]
-    bias = await run_in_threadpool(model_bias, model, body.logit_bias)  # texts are tokenized
-    for job in jobs if bias or constraint else []:
-        job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
-    k = body.completions()
-    if k > 1:  # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
-        jobs = [as_choice(job, i % k, jobs[i - i % k]) for i, job in enumerate(jobs)]
+    generations = [generation_of(p, body, sampling, draft, cache_owner(caller), on_done) for p in prepared]
+    # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
+    jobs = jobs_for(generations, loop, choices=body.completions())
     try:
         with admission():  # a 429 part-way cancels what this request already queued
             for job in jobs:
