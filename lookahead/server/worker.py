@@ -35,7 +35,7 @@ class Worker(WorkerBase):
         self.model = model
         self._running: Job | None = None
         self._cache_owner = ""  # whose request left the cached cells (`Job.owner`)
-        self.n_ctx = model.backend.n_ctx  # what one request may use
+        self.n_ctx = model.n_ctx  # what one request may use
         self._thread.start()
 
     def _running_jobs(self) -> list[Job]:

@@ -62,10 +62,10 @@ def completion_tokens(model: Model, body: CompletionRequest) -> list[int]:
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if isinstance(part, str):
-            tokens += model.backend.tokenize(part, add_special=i == 0, parse_special=True)
+            tokens += model.vocab.tokenize(part, add_special=i == 0, parse_special=True)
         else:
             tokens.append(part)
-    n_vocab = model.backend.n_vocab
+    n_vocab = model.vocab.n_vocab
     bad = [t for t in tokens if not 0 <= t < n_vocab]
     if bad:
         raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="prompt")

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from lookahead.backend.base import Vocabulary
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
 from lookahead.server.admit import admission, draft_settings, remembering
@@ -61,12 +62,12 @@ async def completion(body: CompletionRequest, request: Request, caller: Caller) 
 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
-    vocab = model_of(ready(request)).backend
+    vocab = model_of(ready(request)).vocab
     # off the event loop: up to the body limit of text, and a piece per token with_pieces
     return await run_in_threadpool(tokenized, vocab, body)
 
 
-def tokenized(vocab: Any, body: TokenizeRequest) -> dict[str, Any]:
+def tokenized(vocab: Vocabulary, body: TokenizeRequest) -> dict[str, Any]:
     """`/tokenize`'s answer (APIError 400 for text that is not valid Unicode)."""
     try:
         tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
@@ -88,7 +89,7 @@ def tokenized(vocab: Any, body: TokenizeRequest) -> dict[str, Any]:
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
     model = model_of(ready(request))
-    n_vocab = model.backend.n_vocab
+    n_vocab = model.vocab.n_vocab
     bad = [t for t in body.tokens if not 0 <= t < n_vocab]
     if bad:
         raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
@@ -104,12 +105,12 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
         "default_generation_settings": {"params": settings(defaults), "n_ctx": worker_of(svc).n_ctx},
         "total_slots": slot_count(svc),
         "model_alias": svc.config.model_id,
-        "model_path": str(getattr(model.backend, "path", "")),
+        "model_path": str(model.vocab.path),
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": svc.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
-        "chat_template": svc.config.chat_template or model.backend.meta("tokenizer.chat_template") or "",
+        "chat_template": svc.config.chat_template or model.vocab.meta("tokenizer.chat_template") or "",
         "bos_token": "",
         "eos_token": "",
         "build_info": "lookahead",
@@ -202,7 +203,7 @@ async def answer(
             settings(body),
             body.return_tokens,
             i,
-            model.backend.token_bytes,
+            model.vocab.token_bytes,
         )
         for i, p in enumerate(prepared)
     ]

@@ -113,7 +113,7 @@ def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0
     as no output could repeat more of it."""
     if body.prediction is None:
         return None
-    tokens = model.backend.tokenize(body.prediction.text(), add_special=False)
+    tokens = model.vocab.tokenize(body.prediction.text(), add_special=False)
     if len(tokens) > n_ctx:
         raise context_exceeded(
             f"the prediction has {len(tokens)} tokens, but the context holds {n_ctx}",

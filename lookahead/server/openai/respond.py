@@ -53,7 +53,7 @@ async def serve(
     model_id = service.config.model_id
     verbose = verbose_of(service.model, model_id, body, first.tokens) if body.verbose else None
     shape = Shape(
-        chat, model_id, body, len(first.tokens), first.predicted, service.model.backend.token_bytes, verbose
+        chat, model_id, body, len(first.tokens), first.predicted, service.model.vocab.token_bytes, verbose
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
