@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lookahead.backend import probe
+from lookahead.backend.base import Vocabulary
 from lookahead.backend.grammar_guard import GrammarParser
 from lookahead.backend.llama import BackendConfig, LlamaBackend, LlamaVocab, build_info, default_threads, system_info
 from lookahead.backend.slots import LlamaSlots
@@ -72,6 +73,16 @@ class Model:
         if govern:
             self.tuning.govern_batch(batch, slots)
         return batch
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The model's tokenizer and file (what the server reads of it, `Vocabulary`)."""
+        return self.backend
+
+    @property
+    def n_ctx(self) -> int:
+        """Tokens the model's one context holds."""
+        return self.backend.n_ctx
 
     def prompt_tokens(self, prompt: str | Sequence[dict[str, str]], chat: bool = False) -> list[int]:
         """Tokens for a raw prompt, or for chat messages (a str with chat=True is one user turn)."""

@@ -293,3 +293,48 @@ def test_the_batch_size_bounds_the_code_around_the_cursor(qwen_path: Path) -> No
         large = infill_prompt(model.backend, long_prefix, long_suffix, n_ctx=N_CTX, n_predict=1)
     assert answer["tokens_evaluated"] == len(small.tokens) < len(large.tokens)
     assert len(small.tokens) <= 256 + 8
+
+
+def test_a_suggestion_cut_by_its_time_budget_is_remembered_by_the_worker(
+    qwen_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completion that `t_max_predict_ms` ends early is an answer: the worker's `on_done`
+    keeps it in the key's memory (off the event loop), and the next request drafts from it."""
+    import threading
+    import time
+
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+
+    key = "editor-key"
+    config = ServeConfig(model_id=MODEL_ID, api_keys=(key,))
+    with serving(config, lambda: load(qwen_path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))) as s:
+        memory = s.service.memory
+        assert memory is not None
+        added: list[tuple[str, list[list[int]]]] = []
+        real_add = memory.add
+
+        def add(partition: str, docs: Any) -> None:
+            added.append((threading.current_thread().name, [list(d) for d in docs]))
+            real_add(partition, docs)
+
+        monkeypatch.setattr(memory, "add", add)
+        base = {**LLAMA_VIM, "response_fields": None, **PLAIN, "temperature": 0, "n_indent": 0, "n_predict": 48}
+        with s.client(key) as c:
+            timed = c.post("/infill", json={**base, "t_max_predict_ms": 1, "return_tokens": True}).json()
+        assert timed["stop_type"] == "limit" and 0 < timed["tokens_predicted"] < 48, timed
+        worker = s.service.worker
+        assert worker is not None
+        deadline = time.monotonic() + 30
+        while worker.busy and time.monotonic() < deadline:  # the worker notices the stop at its next step
+            time.sleep(0.01)
+        assert memory.wait_built()
+        ((thread, (doc,)),) = added
+        assert thread == "generation"  # the worker's thread, not the event loop's
+        n_prompt = timed["tokens_evaluated"]
+        assert doc[n_prompt : n_prompt + len(timed["tokens"])] == timed["tokens"]  # the prompt, then the answer
+        source = memory.source(memory.partition(key))
+        assert source is not None
+        source.observe(doc[:-4])
+        (cand, *_) = source.propose(4, 1)
+        assert cand.tokens.tolist() == doc[-4:]

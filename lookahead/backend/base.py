@@ -1,4 +1,5 @@
-"""The seam between the engine and a model: what a verifier must do, nothing more.
+"""The seams between a model and what uses it: what a verifier must do for the engine
+(`Verifier`), and what the server and the API read of a model's vocabulary (`Vocabulary`).
 
 The engine only ever talks to this protocol, so a fake backend with known next-token
 distributions can prove the acceptance rule exact, and a second real backend could follow.
@@ -7,6 +8,7 @@ distributions can prove the acceptance rule exact, and a second real backend cou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -89,4 +91,30 @@ class Verifier(Protocol):
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes a token stands for in generated text (empty for control tokens)."""
+        ...
+
+
+class Vocabulary(Protocol):
+    """A model's tokenizer and file, as the server reads them (prompts, `/tokenize`,
+    `/detokenize`, logit bias, `/props`): a second backend provides these and the routes
+    need nothing else of it."""
+
+    n_vocab: int
+    path: Path  # the model file (`/props`' model_path)
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """`text`'s tokens; `add_special`: BOS where the model wants one; `parse_special`:
+        control tokens written in the text (<|fim_prefix|>) read as such."""
+        ...
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for in generated text (empty for control tokens)."""
+        ...
+
+    def special_text(self, token: int) -> str:
+        """A control token written out (<|fim_prefix|>), as llama.cpp echoes a prompt."""
+        ...
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value (None when the file has none)."""
         ...

@@ -1,17 +1,19 @@
 """What every generating route decides the same way, whatever its dialect: the queue's
 refusals as HTTP answers, the request's drafting settings, the `exact` refusal on a
-batching server, and whether a job keeps its prompt's KV cells (`cache_prompt`)."""
+batching server, whether a job keeps its prompt's KV cells (`cache_prompt`), and how a job
+is remembered (`remembering`, the `Job.on_done` the worker runs)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
 from lookahead.core.draft_state import DraftConfig
 from lookahead.errors import UserError
 from lookahead.server.errors import APIError
-from lookahead.server.jobs import QueueFull, ShuttingDown
+from lookahead.server.jobs import Job, QueueFull, ShuttingDown
+from lookahead.server.memory import SharedIndex
 from lookahead.server.options import LookaheadOptions
 
 
@@ -64,3 +66,16 @@ def keeps_prompt(requested: bool, choices: int) -> bool:
     `n_cmpl`), whose prompt is read once for all of them. (Exact mode still starts cold:
     `Model.stream` decides that below the server.)"""
     return requested or choices > 1
+
+
+def remembering(memory: SharedIndex | None, partition: str) -> Callable[[Job, Sequence[int]], None] | None:
+    """The `Job.on_done` that keeps a request (its prompt and what it wrote) in the service's
+    memory of earlier requests, in the caller's partition; None when the service keeps none.
+    The worker runs it, off the event loop."""
+    if memory is None:
+        return None
+
+    def remember(job: Job, written: Sequence[int]) -> None:
+        memory.add(partition, [job.tokens + list(written)])
+
+    return remember

@@ -127,7 +127,7 @@ class BatchWorker(WorkerBase):
         for rid, job in list(self._jobs.items()):
             if job.cancelled.is_set():
                 self.batch.cancel(self._req_of.pop(id(job)))
-                self.metrics.cancelled.inc()
+                self._cancelled(job)
                 if self._closing:
                     job.emit(ShuttingDown())  # cut short by close(): say so, not a bare end
                 self._end(rid)

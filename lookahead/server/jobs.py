@@ -3,8 +3,14 @@
 `WorkerBase` keeps what the serial worker (`worker.py`) and the batched one
 (`batch_worker.py`) have in common, so it is written once: the waiting line in arrival order
 with its 429 and Retry-After, the shutdown (waiting jobs end at once, running ones get a
-grace period), and what happens when a generation is done (metrics, then `on_done`, whose
+grace period), and what happens when a generation ends (metrics, then `on_done`, whose
 failure is logged and never turns a finished answer into an error).
+
+`on_done` is the one place a request's text is remembered (the service's memory of earlier
+requests), and it runs on the worker's thread, never on the event loop: for a generation that
+finished, and for one a dialect stopped early with `Job.stop_here` (llama.cpp's `n_indent` and
+`t_max_predict_ms`), with the tokens written so far. A job cancelled with `Job.cancel` (its
+client went away, a 429, shutting down) is not remembered.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lookahead.core.draft_state import DraftConfig
-from lookahead.core.engine import Result
+from lookahead.core.engine import Result, Step
 from lookahead.core.sampling import SamplingConfig
 from lookahead.index.base import DraftSource
 from lookahead.server.metrics import Metrics
@@ -51,7 +57,9 @@ class Job:
     draft: DraftConfig
     sources: Sequence[DraftSource]
     loop: asyncio.AbstractEventLoop
-    on_done: Callable[[Job, Result], None] | None = None
+    # run by the worker once the job ends with an answer, with the tokens it wrote (all of
+    # them, or those written before `stop_here`); not run for a cancelled job
+    on_done: Callable[[Job, Sequence[int]], None] | None = None
     predicted: list[int] | None = None  # the request's Predicted Output, tokenized once
     # reuse the KV cells of a prefix shared with an earlier request, and leave this one's
     # cells cached when it ends (off: a cold start, and every cell freed at the end)
@@ -62,6 +70,8 @@ class Job:
     sibling_of: Job | None = None  # another choice of the same request (same prompt), queued before this one
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    stopped: bool = False  # ended early by `stop_here`: what it wrote is an answer (remembered)
+    written: list[int] = field(default_factory=list)  # tokens of the Steps emitted so far (worker side)
 
     @property
     def warm_up(self) -> bool:
@@ -69,12 +79,22 @@ class Job:
         return self.max_tokens == 0
 
     def emit(self, item: object) -> None:
+        if isinstance(item, Step):
+            self.written += item.tokens
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, item)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self.cancelled.set()
 
     def cancel(self) -> None:
+        """End the generation; nothing of it is remembered (the client left, or it failed)."""
+        self.cancelled.set()
+
+    def stop_here(self) -> None:
+        """End the generation here with what it wrote as its answer (a dialect's own stop
+        fired): the worker ends it as `cancel` does, then runs `on_done` with the tokens
+        written so far."""
+        self.stopped = True
         self.cancelled.set()
 
 
@@ -168,13 +188,24 @@ class WorkerBase:
 
     # ---- shared by both threads ---------------------------------------------------------
     def _done(self, job: Job, result: Result) -> None:
-        """A generation finished: count it, then remember it (a failure there is logged; the
-        answer, already sent, stands)."""
+        """A generation finished: count it, then remember it."""
         self.metrics.finished(len(job.tokens), result.stats)
+        self._remember(job, result.tokens)
+
+    def _cancelled(self, job: Job) -> None:
+        """A generation ended before its Done: count it; remember what it wrote if a dialect
+        stopped it (`Job.stop_here`), not if it was cancelled."""
+        self.metrics.cancelled.inc()
+        if job.stopped and job.written:
+            self._remember(job, job.written)
+
+    @staticmethod
+    def _remember(job: Job, tokens: Sequence[int]) -> None:
+        """`on_done`, on this thread (a failure is logged; the answer, already sent, stands)."""
         if job.on_done is None:
             return
         try:
-            job.on_done(job, result)
+            job.on_done(job, tokens)
         except Exception:  # a bug in remembering: the answer stands
             log.exception("on_done failed")
 

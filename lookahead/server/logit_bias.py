@@ -61,7 +61,7 @@ def parse_logit_bias(value: Any, tokenize: Callable[[str], list[int]], n_vocab: 
 
 def model_bias(model: Any, value: Any) -> Bias:
     """`parse_logit_bias` with a loaded model's tokenizer (text without special tokens, as llama.cpp)."""
-    backend = model.backend
+    vocab = model.vocab
     return parse_logit_bias(
-        value, lambda text: backend.tokenize(text, add_special=False, parse_special=False), backend.n_vocab
+        value, lambda text: vocab.tokenize(text, add_special=False, parse_special=False), vocab.n_vocab
     )

@@ -35,7 +35,7 @@ class Worker(WorkerBase):
         self.model = model
         self._running: Job | None = None
         self._cache_owner = ""  # whose request left the cached cells (`Job.owner`)
-        self.n_ctx = model.backend.n_ctx  # what one request may use
+        self.n_ctx = model.n_ctx  # what one request may use
         self._thread.start()
 
     def _running_jobs(self) -> list[Job]:
@@ -87,7 +87,7 @@ class Worker(WorkerBase):
                 )
             for event in events:
                 if job.cancelled.is_set():
-                    self.metrics.cancelled.inc()
+                    self._cancelled(job)
                     break
                 if isinstance(event, Done):
                     # the cache settled and the gauges set before the client hears the end,
@@ -96,8 +96,8 @@ class Worker(WorkerBase):
                 job.emit(event)
                 if isinstance(event, Done):
                     self._done(job, event.result)
-        except Interrupted:
-            self.metrics.cancelled.inc()
+        except Interrupted:  # in the prompt's prefill: nothing written yet
+            self._cancelled(job)
         except LookaheadError as exc:
             backend.reset()  # the cache may be mid-step: free every cell
             job.emit(exc)

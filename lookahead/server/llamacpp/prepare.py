@@ -1,5 +1,6 @@
-"""Turning a llama.cpp-API request (`/infill`, `/completion`) into a job for the worker:
-its prompt tokens, its limits, and the draft sources of where the code is.
+"""llama.cpp's adapter: a request to `/infill` or `/completion` said as a `Generation` per
+answer (which `generation.jobs_for` makes a job): its prompt tokens, its limits, its
+sampling, and the draft sources of where the code is.
 
 An editor's request carries the code around the cursor: the suffix (what follows the
 cursor), the file's text above it, and `input_extra` chunks from other files. Each is a
@@ -11,19 +12,22 @@ completion that runs into existing code copies it in one run), the rest as a sma
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from lookahead.api import Model
 from lookahead.apps.fim import DEFAULT_BATCH, Chunk
+from lookahead.core.constraint import ConstraintFactory
 from lookahead.core.draft_state import DraftConfig
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
-from lookahead.server.admit import keeps_prompt
 from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.fim import fim_tokens_and_sources
+from lookahead.server.generation import Generation
 from lookahead.server.jobs import Job
 from lookahead.server.llamacpp.schemas import CompletionRequest, InfillRequest, NativeRequest
+from lookahead.server.logit_bias import model_bias
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,10 @@ def completion_tokens(model: Model, body: CompletionRequest) -> list[int]:
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if isinstance(part, str):
-            tokens += model.backend.tokenize(part, add_special=i == 0, parse_special=True)
+            tokens += model.vocab.tokenize(part, add_special=i == 0, parse_special=True)
         else:
             tokens.append(part)
-    n_vocab = model.backend.n_vocab
+    n_vocab = model.vocab.n_vocab
     bad = [t for t in tokens if not 0 <= t < n_vocab]
     if bad:
         raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="prompt")
@@ -87,25 +91,39 @@ def limits(tokens: list[int], n_predict: int, n_ctx: int) -> tuple[int, bool]:
     return n_predict, False
 
 
-def make_job(
-    prepared: Prepared, body: NativeRequest, draft: DraftConfig, loop: asyncio.AbstractEventLoop, owner: str = ""
-) -> Job:
+def sampling_of(model: Model, body: NativeRequest, constraint: ConstraintFactory | None) -> SamplingConfig:
+    """The request's sampler chain with its logit bias and constraint (APIError 400 for
+    what cannot be sampled; run off the event loop, as bias texts are tokenized)."""
     try:
         sampling = body.sampling()
     except UserError as exc:
         raise APIError(400, str(exc)) from exc
-    return Job(
+    bias = model_bias(model, body.logit_bias)
+    if bias or constraint:
+        sampling = replace(sampling, logit_bias=bias, constraint=constraint)
+    return sampling
+
+
+def generation_of(
+    prepared: Prepared,
+    body: NativeRequest,
+    sampling: SamplingConfig,
+    draft: DraftConfig,
+    owner: str = "",
+    on_done: Callable[[Job, Sequence[int]], None] | None = None,
+) -> Generation:
+    """What to generate for one prepared answer."""
+    return Generation(
         tokens=prepared.tokens,
         max_tokens=prepared.max_tokens,
         stop=body.stops(),
         sampling=sampling,
         draft=draft,
         sources=list(prepared.sources),
-        loop=loop,
-        # llama.cpp's default: on (keep this prompt's cells for the next)
-        cache_prompt=keeps_prompt(body.cache_prompt, body.completions()),
+        cache_prompt=body.cache_prompt,  # llama.cpp's default: on (keep this prompt's cells for the next)
         progress=body.stream and body.return_progress,
         owner=owner,
+        on_done=on_done,
     )
 
 

@@ -16,22 +16,22 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from lookahead.backend.base import Vocabulary
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
-from lookahead.server.admit import admission, draft_settings
-from lookahead.server.choices import as_choice
+from lookahead.server.admit import admission, draft_settings, remembering
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
+from lookahead.server.generation import jobs_for
 from lookahead.server.jobs import Job, cache_owner
-from lookahead.server.llamacpp.prepare import Prepared, make_job, prepare
+from lookahead.server.llamacpp.prepare import Prepared, generation_of, prepare, sampling_of
 from lookahead.server.llamacpp.run import Watch, follow
 from lookahead.server.llamacpp.schemas import (
     CompletionRequest,
@@ -41,7 +41,6 @@ from lookahead.server.llamacpp.schemas import (
     TokenizeRequest,
 )
 from lookahead.server.llamacpp.shape import NativeShape, Outcome, pick_fields, text_of
-from lookahead.server.logit_bias import model_bias
 from lookahead.server.service import Service
 from lookahead.server.sse import LLAMACPP, sse_response
 
@@ -63,12 +62,12 @@ async def completion(body: CompletionRequest, request: Request, caller: Caller) 
 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
-    vocab = model_of(ready(request)).backend
+    vocab = model_of(ready(request)).vocab
     # off the event loop: up to the body limit of text, and a piece per token with_pieces
     return await run_in_threadpool(tokenized, vocab, body)
 
 
-def tokenized(vocab: Any, body: TokenizeRequest) -> dict[str, Any]:
+def tokenized(vocab: Vocabulary, body: TokenizeRequest) -> dict[str, Any]:
     """`/tokenize`'s answer (APIError 400 for text that is not valid Unicode)."""
     try:
         tokens = vocab.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
@@ -90,7 +89,7 @@ def tokenized(vocab: Any, body: TokenizeRequest) -> dict[str, Any]:
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request, caller: Caller) -> dict[str, Any]:
     model = model_of(ready(request))
-    n_vocab = model.backend.n_vocab
+    n_vocab = model.vocab.n_vocab
     bad = [t for t in body.tokens if not 0 <= t < n_vocab]
     if bad:
         raise APIError(400, f"token id {bad[0]} is not in the vocabulary (0 to {n_vocab - 1})", param="tokens")
@@ -106,12 +105,12 @@ async def props(request: Request, caller: Caller) -> dict[str, Any]:
         "default_generation_settings": {"params": settings(defaults), "n_ctx": worker_of(svc).n_ctx},
         "total_slots": slot_count(svc),
         "model_alias": svc.config.model_id,
-        "model_path": str(getattr(model.backend, "path", "")),
+        "model_path": str(model.vocab.path),
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": svc.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
-        "chat_template": svc.config.chat_template or model.backend.meta("tokenizer.chat_template") or "",
+        "chat_template": svc.config.chat_template or model.vocab.meta("tokenizer.chat_template") or "",
         "bos_token": "",
         "eos_token": "",
         "build_info": "lookahead",
@@ -202,7 +201,7 @@ async def answer(
             settings(body),
             body.return_tokens,
             i,
-            model.backend.token_bytes,
+            model.vocab.token_bytes,
         )
         for i, p in enumerate(prepared)
     ]
@@ -214,13 +213,11 @@ async def answer(
         body_out = [pick_fields(s.final(Outcome("", [], Stats(), "limit")), body.response_fields) for s in shapes]
         return JSONResponse(body_out[0] if n == 1 else body_out)
     loop = asyncio.get_running_loop()
-    jobs = [make_job(p, body, draft, loop, owner=cache_owner(caller)) for p in prepared]
-    bias = await run_in_threadpool(model_bias, model, body.logit_bias)  # texts are tokenized
-    for job in jobs if bias or constraint else []:
-        job.sampling = replace(job.sampling, logit_bias=bias, constraint=constraint)
-    k = body.completions()
-    if k > 1:  # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
-        jobs = [as_choice(job, i % k, jobs[i - i % k]) for i, job in enumerate(jobs)]
+    sampling = await run_in_threadpool(sampling_of, model, body, constraint)
+    on_done = remembering(memory, partition)  # by the worker, also for a job our stops end
+    generations = [generation_of(p, body, sampling, draft, cache_owner(caller), on_done) for p in prepared]
+    # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
+    jobs = jobs_for(generations, loop, choices=body.completions())
     try:
         with admission():  # a 429 part-way cancels what this request already queued
             for job in jobs:
@@ -244,13 +241,12 @@ async def answer(
     async def outcome(job: Job, p: Prepared) -> Outcome:
         async for item in follow_job(job, p, stream=False):
             if isinstance(item, Outcome):
-                remember(service, partition, job, item)
                 return item
         raise APIError(503, "the generation was cancelled")
 
     if body.stream:
         lines = stream_lines(
-            follow_job(jobs[0], first, stream=True), shapes[0], body, service, partition, jobs[0], endpoint
+            follow_job(jobs[0], first, stream=True), shapes[0], body, service, jobs[0], endpoint
         )
         return sse_response(lines, LLAMACPP, service.config.stream_ping)
     try:
@@ -263,18 +259,11 @@ async def answer(
     return JSONResponse(bodies[0] if n == 1 else bodies)
 
 
-def remember(service: Service, partition: str, job: Job, out: Outcome) -> None:
-    """Keep the request in the service's memory of earlier requests (drafts for the next)."""
-    if service.memory is not None:
-        service.memory.add(partition, [job.tokens + out.tokens])
-
-
 async def stream_lines(
     items: AsyncIterator[Any],
     shape: NativeShape,
     body: NativeRequest,
     service: Service,
-    partition: str,
     job: Job,
     endpoint: str,
 ) -> AsyncIterator[str]:
@@ -283,7 +272,6 @@ async def stream_lines(
     try:
         async for item in items:
             if isinstance(item, Outcome):
-                remember(service, partition, job, item)
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
                 yield json.dumps(final, separators=(",", ":"))
                 break

@@ -1,8 +1,9 @@
 """Following one queued generation for llama.cpp's API, with the stops llama.cpp has and the
 engine does not: `n_indent` (a line indented less than the cursor's ends the completion)
 and `t_max_predict_ms` (the editor's time budget: past it, the completion ends at the next
-newline). When one fires, the job is cancelled where it is (the worker notices between two
-verify steps) and the answer is what was written up to the stop.
+newline). When one fires, the job is stopped where it is (`Job.stop_here`: the worker notices
+between two verify steps, and remembers what was written, as for a finished one) and the
+answer is what was written up to the stop.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ async def follow(
                     if text or item.tokens:
                         yield text, list(item.tokens), item.probs
                     if watch.stopped:
+                        job.stop_here()  # ended here, as an answer: the worker remembers it
                         yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
                         return
                 elif isinstance(item, Done):

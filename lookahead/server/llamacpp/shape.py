@@ -96,11 +96,11 @@ def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
 def text_of(model: Any, tokens: list[int], special: bool = False) -> str:
     """The tokens' text; `special`: with control tokens written out (<|fim_prefix|>, ...), as
     llama.cpp writes a prompt it echoes and `/detokenize`'s answer."""
-    backend = model.backend
+    vocab = model.vocab
 
     def piece(t: int) -> bytes:
-        raw: bytes = backend.token_bytes(t)
-        return raw if raw or not special else backend.special_text(t).encode("utf-8")
+        raw: bytes = vocab.token_bytes(t)
+        return raw if raw or not special else vocab.special_text(t).encode("utf-8")
 
     return b"".join(piece(t) for t in tokens).decode("utf-8", "replace")
 

@@ -1,6 +1,6 @@
-"""One request before it queues: check it against the model (400s for what cannot be served),
-tokenize it, and build its `Job` (sampling, drafting options, draft sources, what to
-remember when it is done).
+"""OpenAI's adapter: one request before it queues, checked against the model (400s for what
+cannot be served), tokenized, and said as a `Generation` (sampling, drafting options, draft
+sources, how it is remembered), which `generation.jobs_for` makes a job.
 
 The queue is asked first (429 before any work), and a prediction longer than the context
 is refused before its index (some hundreds of bytes a token) is built.
@@ -8,31 +8,27 @@ is refused before its index (some hundreds of bytes a token) is built.
 
 from __future__ import annotations
 
-import asyncio
-
 from jinja2 import TemplateError
 
 from lookahead.api import Model
 from lookahead.apps.fim import DEFAULT_BATCH
-from lookahead.core.engine import Result
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import LookaheadError, UserError
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server.admit import admission, draft_settings, keeps_prompt
+from lookahead.server.admit import admission, draft_settings, remembering
 from lookahead.server.constrained import request_constraint
 from lookahead.server.errors import APIError, context_exceeded
 from lookahead.server.fim import fim_tokens_and_sources
-from lookahead.server.jobs import Job, cache_owner
+from lookahead.server.generation import Generation
+from lookahead.server.jobs import cache_owner
 from lookahead.server.logit_bias import model_bias
 from lookahead.server.openai.schemas import ChatCompletionRequest, CompletionRequest, _Common
 from lookahead.server.service import Service
 
 
-def prepare(
-    service: Service, body: _Common, chat: bool, caller: str | None, loop: asyncio.AbstractEventLoop
-) -> Job:
-    """Tokenize and check a request (APIError 400 for what cannot be served), build its job."""
+def prepare(service: Service, body: _Common, chat: bool, caller: str | None) -> Generation:
+    """Tokenize and check a request (APIError 400 for what cannot be served): what to generate."""
     model = service.model
     config = service.config
     worker = service.worker
@@ -98,21 +94,16 @@ def prepare(
         if shared is not None:
             sources.append(shared)
 
-    def remember(job: Job, result: Result) -> None:
-        if memory is not None:
-            memory.add(partition, [job.tokens + result.tokens])
-
-    return Job(
+    return Generation(
         tokens=tokens,
         max_tokens=wanted or room,
         stop=body.stops(),
         sampling=sampling,
         draft=draft,
         sources=sources,
-        loop=loop,
-        on_done=remember,
+        on_done=remembering(memory, partition),
         predicted=predicted,
-        cache_prompt=keeps_prompt(body.cache_prompt, body.n),
+        cache_prompt=body.cache_prompt,
         progress=body.stream and body.return_progress,
         owner=cache_owner(caller),
     )
@@ -123,7 +114,7 @@ def prediction_tokens(model: Model, body: _Common, n_ctx: int, n_prompt: int = 0
     as no output could repeat more of it."""
     if body.prediction is None:
         return None
-    tokens = model.backend.tokenize(body.prediction.text(), add_special=False)
+    tokens = model.vocab.tokenize(body.prediction.text(), add_special=False)
     if len(tokens) > n_ctx:
         raise context_exceeded(
             f"the prediction has {len(tokens)} tokens, but the context holds {n_ctx}",

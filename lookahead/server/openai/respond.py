@@ -15,9 +15,10 @@ from fastapi.responses import Response
 from lookahead.core.engine import Done, Progress, Result, Step
 from lookahead.core.sampling import TokenProbs
 from lookahead.server.admit import admission
-from lookahead.server.choices import as_choice, merged
+from lookahead.server.choices import merged
 from lookahead.server.errors import APIError
 from lookahead.server.follow import follow
+from lookahead.server.generation import jobs_for
 from lookahead.server.jobs import Job
 from lookahead.server.metrics import Metrics
 from lookahead.server.openai.prepare import prepare
@@ -35,10 +36,9 @@ async def serve(
     per choice (`choices.py`)."""
     loop = asyncio.get_running_loop()
     endpoint = "chat" if chat else "completions"
-    jobs = [await run_in_threadpool(prepare, service, body, chat, caller, loop)]
-    if body.n > 1:  # each choice prepared alone: a draft source's stream is one generation's
-        jobs += [await run_in_threadpool(prepare, service, body, chat, caller, loop) for _ in range(body.n - 1)]
-        jobs = [as_choice(job, i, jobs[0]) for i, job in enumerate(jobs)]
+    # each choice prepared alone: a draft source's stream is one generation's
+    generations = [await run_in_threadpool(prepare, service, body, chat, caller) for _ in range(body.n)]
+    jobs = jobs_for(generations, loop, choices=body.n)
     assert service.worker is not None
     try:
         with admission():
@@ -53,7 +53,7 @@ async def serve(
     model_id = service.config.model_id
     verbose = verbose_of(service.model, model_id, body, first.tokens) if body.verbose else None
     shape = Shape(
-        chat, model_id, body, len(first.tokens), first.predicted, service.model.backend.token_bytes, verbose
+        chat, model_id, body, len(first.tokens), first.predicted, service.model.vocab.token_bytes, verbose
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
