@@ -29,6 +29,7 @@ naming the machine.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -80,6 +81,7 @@ class Record:
     accepted: int
     prev_lines: int  # the follow-up: lines of the suggestion it assumes accepted
     content: str
+    body: str = ""  # a digest of the request's body (two servers' follow-ups differ with their suggestions)
 
 
 def vim_sessions(files: list[str], n_lines: int, n_extra: int) -> list[VimSession]:
@@ -123,6 +125,10 @@ def field(ans: dict[str, Any], path: str) -> Any:
     return node
 
 
+def digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def measure(srv: Server, body: dict[str, Any], s: VimSession, line: int, kind: str, prev: int) -> Record:
     ans, wall = post(srv, body)
     return Record(
@@ -131,7 +137,7 @@ def measure(srv: Server, body: dict[str, Any], s: VimSession, line: int, kind: s
         decode_tps=float(field(ans, "timings/predicted_per_second") or 0.0),
         predicted=int(field(ans, "timings/predicted_n") or 0), drafted=int(field(ans, "timings/draft_n") or 0),
         accepted=int(field(ans, "timings/draft_n_accepted") or 0), prev_lines=prev,
-        content=str(ans.get("content", "")),
+        content=str(ans.get("content", "")), body=digest(body),
     )  # fmt: skip
 
 
@@ -199,6 +205,7 @@ def summarize(records: list[Record], names: list[str]) -> dict[str, Any]:
             if pairs:
                 row[f"{names[0]} / {name}"] = {
                     "pairs": len(pairs),
+                    "same_request": sum(a.body == b.body for a, b in pairs),
                     "wall_ratio_p50": float(np.median([a.wall_s / b.wall_s for a, b in pairs])),
                     "prefilled_ratio_p50": float(np.median([(a.prefilled + 1) / (b.prefilled + 1) for a, b in pairs])),
                 }
@@ -225,8 +232,8 @@ def markdown(out: dict[str, Any]) -> str:
     for group, row in out["summary"].items():
         for name, v in row.items():
             if " / " in name:
-                ratios.append(f"| {group} | {name} | {v['pairs']} | {v['wall_ratio_p50']:.2f} | "
-                              f"{v['prefilled_ratio_p50']:.2f} |")  # fmt: skip
+                ratios.append(f"| {group} | {name} | {v['pairs']} ({v['same_request']} the same) | "
+                              f"{v['wall_ratio_p50']:.2f} | {v['prefilled_ratio_p50']:.2f} |")  # fmt: skip
                 continue
             acc = f"{v['accepted']}/{v['drafted']}" if v["drafted"] else "-"
             lines.append(f"| {group} | {name} | {v['requests']} | {v['wall_p50_s']:.2f} | {v['prefilled_p50']:.0f} | "

@@ -200,7 +200,7 @@ def test_vim_summary_pairs_requests_by_kind_and_position() -> None:
     from bench.editing_vim import summarize as vim_summarize
 
     def rec(server: str, line: int, kind: str, past: bool, wall: float, prefilled: int) -> VimRecord:
-        return VimRecord(server, "f.py:1", line, kind, past, wall, prefilled, 100, 30.0, 10, 0, 0, 0, "x")
+        return VimRecord(server, "f.py:1", line, kind, past, wall, prefilled, 100, 30.0, 10, 0, 0, 0, "x", kind)
 
     records = [rec("lookahead", i, k, p, w, 50) for i, (k, p, w) in enumerate([("quick", False, 1.0),
                ("quick", True, 4.0), ("follow-up", True, 2.0)])]  # fmt: skip
@@ -215,4 +215,4 @@ def test_vim_summary_pairs_requests_by_kind_and_position() -> None:
            "settings": {"lines": 8, "time_limit": 1}, "commands": {"a": "lookahead serve"},
            "llama_server_version": "b1", "sessions": [], "cut_by_time_limit": False, "summary": got}  # fmt: skip
     md = vim_markdown(out)
-    assert "CPU X" in md and "| quick, past line 256 | lookahead / llama-server | 1 | 2.00 |" in md
+    assert "CPU X" in md and "| quick, past line 256 | lookahead / llama-server | 1 (1 the same) | 2.00 |" in md
