@@ -109,3 +109,110 @@ def test_a_session_in_the_standard_library() -> None:
     assert all(not c["filename"].startswith("/") for c in s.extra)  # named inside the library
     with pytest.raises(SystemExit, match="standard library"):
         sessions(["stdlib:no/such.py"], args)
+
+
+# ---- llama.vim's own pattern (bench/vim_session.py, bench/editing_vim.py) --------------------
+EXTRA_CHUNKS = [{"text": "import os\n", "time": [0, 0], "filename": "other.py"}]
+
+
+def _file(n: int) -> list[str]:
+    return [f"    line_{i} = {i}" for i in range(n)]
+
+
+def test_vim_quick_request_is_llama_vims_body_with_its_window() -> None:
+    from bench.vim_session import MEASURED_FIELDS, ctx_local, fim_body
+
+    buf = _file(300)
+    buf[100] = "    "  # a new line holding its indentation only: sent from its beginning
+    ctx = ctx_local(buf, 100, 4)
+    body = fim_body(ctx, EXTRA_CHUNKS, quick=True)
+    expected = {**LLAMA_VIM, "t_max_predict_ms": 250, "n_predict": 128, "input_extra": EXTRA_CHUNKS,
+                "n_indent": 0, "prompt": "",
+                "input_prefix": "".join(s + "\n" for s in buf[:100]),
+                "input_suffix": "\n" + "".join(s + "\n" for s in buf[101:165]),
+                "response_fields": LLAMA_VIM["response_fields"] + MEASURED_FIELDS}  # fmt: skip
+    assert body == expected
+    assert fim_body(ctx, [], quick=False)["t_max_predict_ms"] == 1000
+    # a line with text: the indentation counts and the rest of the line opens the suffix
+    buf[100] = "    x = f(a)"
+    ctx = ctx_local(buf, 100, 9)
+    assert (ctx.middle, ctx.indent, ctx.suffix.split("\n")[0]) == ("    x = f", 4, "(a)")
+
+
+def test_vim_window_slides_by_a_line_past_line_256() -> None:
+    from bench.vim_session import ctx_local
+
+    buf = _file(700)
+    firsts = []
+    for y in (255, 256, 257, 258):
+        prefix = ctx_local(buf, y, 0).prefix.split("\n")[:-1]
+        assert len(prefix) == min(y, 256)
+        assert prefix[-1] == buf[y - 1]
+        firsts.append(prefix[0])
+    assert firsts == [buf[0], buf[0], buf[1], buf[2]]
+    # near the end of the file the suffix is what is left
+    assert ctx_local(buf, 690, 0).suffix == "".join(s + "\n" for s in buf[690:])  # the cursor line's rest first
+
+
+def test_vim_follow_up_assumes_the_suggestion_accepted() -> None:
+    from bench.vim_session import ctx_local, render
+
+    buf = _file(400)
+    buf[300] = "    "
+    prev, ok = render("    a = 1\n    b = 2\n    return a + b\n\n", buf, 300, 4)
+    # trailing empty lines dropped, the indentation the line already has taken off the first
+    assert (prev, ok) == (["a = 1", "    b = 2", "    return a + b"], True)
+    ctx = ctx_local(buf, 300, 4, prev, indent_last=0)
+    prefix = ctx.prefix.split("\n")[:-1]
+    assert len(prefix) == 256  # the window starts len(prev) - 1 lines later
+    assert prefix[0] == buf[300 - 256 + 2]
+    assert prefix[-3:] == [buf[299], "    a = 1", "    b = 2"]
+    assert (ctx.middle, ctx.indent) == ("    return a + b", 0)
+    assert ctx.suffix == "\n" + "".join(s + "\n" for s in buf[301:365])  # the same suffix
+    # a one-line suggestion is appended to the cursor line, the window unmoved
+    one = ctx_local(buf, 300, 4, ["x = 2"], indent_last=0)
+    assert one.middle == "    x = 2" and one.prefix == ctx_local(buf, 300, 4).prefix
+    # a suggestion that repeats the next line is discarded, then sent as an empty line
+    assert render(buf[301], buf, 300, 4) == ([""], False)
+
+
+def test_vim_session_types_new_lines_before_and_past_the_window() -> None:
+    from bench.editing_vim import vim_sessions
+
+    plan = vim_sessions(["argparse.py"], 8, 2)
+    assert [s.past_window() for s in plan] == [False, True]
+    before, past = plan
+    assert before.start + 8 <= 256 < past.start
+    for s in plan:
+        steps = s.new_lines()
+        assert len(steps) == 8
+        for i, nl in enumerate(steps):
+            line = s.lines[s.start + i]
+            assert nl.buf[: nl.y] == s.lines[: s.start + i]  # typed so far
+            assert nl.buf[nl.y] == line[: nl.x] and not nl.buf[nl.y].strip()
+            assert nl.buf[nl.y + 1 :] == s.lines[s.start + 8 :]  # the rest, as before the session
+        assert len(s.extra) == 2 and all(c["text"].count("\n") == 33 for c in s.extra)
+
+
+def test_vim_summary_pairs_requests_by_kind_and_position() -> None:
+    from bench.editing_vim import Record as VimRecord
+    from bench.editing_vim import markdown as vim_markdown
+    from bench.editing_vim import summarize as vim_summarize
+
+    def rec(server: str, line: int, kind: str, past: bool, wall: float, prefilled: int) -> VimRecord:
+        return VimRecord(server, "f.py:1", line, kind, past, wall, prefilled, 100, 30.0, 10, 0, 0, 0, "x", kind)
+
+    records = [rec("lookahead", i, k, p, w, 50) for i, (k, p, w) in enumerate([("quick", False, 1.0),
+               ("quick", True, 4.0), ("follow-up", True, 2.0)])]  # fmt: skip
+    records += [rec("llama-server", i, k, p, 2.0, 99) for i, (k, p, _) in enumerate([("quick", False, 0),
+                ("quick", True, 0), ("follow-up", True, 0)])]  # fmt: skip
+    got = vim_summarize(records, ["lookahead", "llama-server"])
+    assert list(got) == ["quick, before line 256", "quick, past line 256", "follow-up, past line 256"]
+    assert got["quick, past line 256"]["lookahead / llama-server"]["wall_ratio_p50"] == 2.0
+    assert got["quick, before line 256"]["lookahead / llama-server"]["prefilled_ratio_p50"] == 0.51
+    assert got["follow-up, past line 256"]["lookahead"]["wall_p50_s"] == 2.0
+    out = {"model": "m", "date": "d", "commit": "c", "note": "", "machine": {"cpu": "CPU X", "cpus": 2},
+           "settings": {"lines": 8, "time_limit": 1}, "commands": {"a": "lookahead serve"},
+           "llama_server_version": "b1", "sessions": [], "cut_by_time_limit": False, "summary": got}  # fmt: skip
+    md = vim_markdown(out)
+    assert "CPU X" in md and "| quick, past line 256 | lookahead / llama-server | 1 (1 the same) | 2.00 |" in md

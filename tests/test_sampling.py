@@ -106,3 +106,32 @@ def test_post_sampling_probs_are_the_drawn_distribution() -> None:
     greedy = Sampler(SamplingConfig(temperature=0.0, n_probs=3, post_sampling_probs=True))
     greedy.pick(logits, [])
     assert greedy.take_probs()[0].top == ((1, 1.0),)
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.5, 3.0, 12.0])  # flat (every token near the best) to peaked
+def test_top_k_is_the_full_sorts_first_k_ties_by_id(scale: float) -> None:
+    from lookahead.core.sampling import top_k_ids
+
+    rng = np.random.default_rng(int(scale * 100))
+    n = 30_000
+    for _ in range(5):
+        row = (rng.standard_normal(n) * scale).astype(np.float32)
+        row[rng.integers(0, n, 300)] = -np.inf  # banned tokens
+        for k in (1, 2, 40, 500):
+            edge = np.sort(row)[-k]
+            row2 = row.copy()
+            row2[rng.integers(0, n, 30)] = edge  # ties at the k-th value
+            want = np.lexsort((np.arange(n), -row2.astype(np.float64)))[:k]
+            assert top_k_ids(row2, k).tolist() == want.tolist()
+    few = np.full(100, -np.inf, dtype=np.float32)
+    few[[3, 7]] = [0.0, -100.0]  # fewer than k tokens near the best: the whole row
+    assert top_k_ids(few, 4).tolist() == [3, 7, 0, 1]
+
+
+def test_top_k_sampling_keeps_the_lower_ids_of_a_tie_at_its_edge() -> None:
+    n = 5000
+    row = np.full(n, -5.0, dtype=np.float32)
+    row[0] = 1.5
+    row[n // 2 :] = 1.0  # 2,500 tokens tied for second place, only one of them kept by top_k 2
+    got = {Sampler(SamplingConfig(temperature=1.0, top_k=2, seed=s)).pick(row, []) for s in range(400)}
+    assert got == {0, n // 2}

@@ -175,10 +175,9 @@ class Sampler:
         k = cfg.top_k if 0 < cfg.top_k < n else n
         if k > WIDE and not (cfg.n_probs > 0 and cfg.post_sampling_probs):
             return draw_wide(logits, u, cfg.temperature, cfg.top_p, cfg.min_p)
-        idx = np.argpartition(-logits, k - 1)[:k] if k < n else np.arange(n)
+        idx = top_k_ids(logits, k) if k < n else np.arange(n)
         vals = logits[idx].astype(np.float64)
-        # most likely first; ties broken by token id so the order never depends on
-        # argpartition's internal layout
+        # most likely first; ties broken by token id
         order = np.lexsort((idx, -vals))
         idx, vals = idx[order], vals[order]
         probs = np.exp(vals - vals[0])
@@ -195,6 +194,33 @@ class Sampler:
             self._post = (idx[:keep], probs / cdf[-1])
         j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
         return int(idx[min(j, keep - 1)])
+
+
+# top_k's candidates are looked for among the tokens within these many logits of the best one
+# (on Qwen2.5-Coder's code rows, within 10: a median of ~40, within 20: a few thousand)
+TOP_K_GAPS = (10.0, 20.0)
+
+
+def top_k_ids(logits: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.int64]:
+    """The ids of the k largest logits, most likely first, ties by id: the first k of the
+    full sort by (-logit, id). Found among the tokens within a gap of the best one (the
+    narrowest of TOP_K_GAPS that holds k tokens, else the whole row): once k tokens are
+    there, the k-th largest value is too, and so is every token tied with it. Partitioning
+    the whole 152k row cost 1.5-3.5 ms per sampled token on a busy 2-vCPU machine, the few
+    thousand candidates near the top about a tenth of it."""
+    peak = float(np.max(logits))
+    sel = np.arange(len(logits))
+    for gap in TOP_K_GAPS:
+        near = np.flatnonzero(logits >= peak - gap)
+        if len(near) >= k:
+            sel = near
+            break
+    if len(sel) > k:
+        vals = logits[sel]
+        edge = np.partition(vals, len(sel) - k)[len(sel) - k]  # the k-th largest
+        sel = sel[vals >= edge]  # with every token tied with it
+    order = np.lexsort((sel, -logits[sel].astype(np.float64)))[:k]
+    return sel[order].astype(np.int64)
 
 
 # Above this many candidates (top_k 0, OpenAI's default, on a 152k vocabulary), `draw_wide`
