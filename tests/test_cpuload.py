@@ -44,7 +44,7 @@ class Machine:
 
 def probed() -> tuple[Machine, CpuLoad, ThreadGovernor]:
     m = Machine()
-    m.load = load = CpuLoad(m.read, cpus=2)
+    m.load = load = CpuLoad(m.read, cpus=2, wait=m.run)
     return m, load, ThreadGovernor(2, idle, load=load)
 
 
@@ -54,6 +54,19 @@ def test_after_an_idle_gap_in_which_another_process_ran_and_stopped_a_request_st
     m.run(8.0)
     m.others = 0.0  # ... then quiet for a second before the request
     m.run(1.0)
+    assert gov.begin() is None and gov.threads == 2
+
+
+def test_a_process_that_stopped_a_moment_before_the_request_costs_no_thread():
+    # an interleaved client: another server answered just before this request, so the last
+    # moments show one CPU busy; it is idle as the request starts, and a look ahead says so
+    m, load, gov = probed()
+    m.run(5.0)
+    m.others = 1.0
+    m.run(2.0)
+    m.others = 0.0
+    m.run(0.02)
+    assert load.others() is not None and load.others() > 0.5  # looking back, still busy
     assert gov.begin() is None and gov.threads == 2
 
 

@@ -280,6 +280,9 @@ def test_a_batched_loop_starts_at_the_count_the_cpu_probe_fits() -> None:
         def others(self) -> float:
             return 1.0
 
+        def now(self) -> float:  # and still there, looking ahead
+            return 1.0
+
     model = ClockedMulti({2: 3.0, 1: 1.5}, slots=2, n_vocab=VOCAB, seed=1)
     batch = Batch(model, CostModel({1: 0.04, 8: 0.124}), budget=12, clock=lambda: model.now)
     threads = BatchThreads(ThreadGovernor(2, ClockedMulti.idle, load=Loaded()), batch, model.set_threads)  # type: ignore[arg-type]
@@ -358,6 +361,9 @@ def test_a_batched_loop_that_sat_idle_reads_the_cpu_probe_again_before_the_next_
         cpus, value = 2, 1.0
 
         def others(self) -> float:
+            return self.value
+
+        def now(self) -> float:
             return self.value
 
     probe = Probe()

@@ -35,6 +35,9 @@ from typing import NamedTuple
 WINDOW = 0.2
 # Seconds between the background sampler's readings (each costs ~0.1 ms of one CPU).
 PERIOD = 0.1
+# Seconds a request's start waits to see whether a load the last moments showed is still
+# there (`CpuLoad.now`): one CPU busy throughout reads 1.0 +- 0.2 over it, idle 0 +- 0.2.
+CONFIRM = 0.05
 
 
 class Reading(NamedTuple):
@@ -93,10 +96,17 @@ class CpuLoad:
     Readings come from `others()` itself and from `sample()`, which a `Sampler` calls in
     the background so that one that old is always at hand."""
 
-    def __init__(self, read: Callable[[], Reading | None], cpus: int, window: float = WINDOW) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Reading | None],
+        cpus: int,
+        window: float = WINDOW,
+        wait: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.cpus = cpus
         self.window = window
         self._read = read
+        self._wait = wait
         self._lock = threading.Lock()  # the sampler's thread and the caller's share the ring
         # readings, oldest first; of those at least `window` old only the newest is kept
         self._ring: deque[Reading] = deque()
@@ -120,6 +130,19 @@ class CpuLoad:
         if dt < self.window / 2:  # only in the first moments, or after an unreadable one
             return None
         return max(0.0, ((now.busy - base.busy) - (now.own - base.own)) / dt)
+
+    def now(self, seconds: float = CONFIRM) -> float | None:
+        """CPUs other processes use over the next `seconds` (blocking): what a request about
+        to start shares the CPUs with. `others()` looks back, so it also sees a process that
+        stopped a moment ago: the request just answered by another server, or an editor's
+        burst, right before ours; this looks ahead. None without two readings."""
+        first = self._read()
+        self._wait(seconds)
+        second = self._read()
+        if first is None or second is None or second.wall - first.wall < seconds / 2:
+            return None
+        dt = second.wall - first.wall
+        return max(0.0, ((second.busy - first.busy) - (second.own - first.own)) / dt)
 
     def _keep(self, now: Reading | None) -> None:
         """Append `now`; drop readings the window no longer needs (an unreadable moment

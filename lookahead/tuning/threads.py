@@ -73,13 +73,17 @@ class ThreadGovernor:
         self.switches = 0
         self.load = load  # the kernel's view of other processes (None: not readable here)
 
-    def fit(self) -> int | None:
+    def fit(self, confirm: bool = False) -> int | None:
         """The thread count the CPUs left free by other processes hold (the probe's reading
         of the last moments, not of the idle time before a request), or None without a
-        probe or a reading."""
+        probe or a reading. With `confirm` (a generation's start), a load the last moments
+        show is checked to be still there before a thread is given up for it."""
         others = self.load.others() if self.load is not None else None
         if others is None:
             return None
+        if confirm and others > 0.5:
+            ahead = self.load.now()  # type: ignore[union-attr]
+            others = others if ahead is None else ahead
         free = int(self.load.cpus - others + 0.5)  # type: ignore[union-attr]
         count = max(1, min(self.max_threads, free))
         if count not in self._slow:  # a count between the candidates: try it like them
@@ -93,7 +97,7 @@ class ThreadGovernor:
         A round of trials the last generation left open ends here: its trial count was
         chosen for a load the probe says is gone (or still there), and would otherwise set
         this generation's prefill."""
-        count = self.fit()
+        count = self.fit(confirm=True)
         if count is None:
             return None
         was_trying, self._in_round, self._trial = self._in_round, False, []
