@@ -118,3 +118,11 @@ class Vocabulary(Protocol):
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value (None when the file has none)."""
         ...
+
+    def is_eog(self, token: int) -> bool:
+        """Whether the token ends a generation (EOS, EOT, ...)."""
+        ...
+
+    def eot(self) -> int:
+        """The token that ends a turn (EOT, else EOS): where an editor's answer ends."""
+        ...

@@ -183,6 +183,9 @@ class LlamaVocab:
     def fim_sep(self) -> int | None:
         return self._token_or_none(ll.llama_vocab_fim_sep(self._vocab))
 
+    def eot(self) -> int:  # the end of a turn (EOT, else EOS): where an editor's answer ends
+        return next(int(t) for t in (ll.llama_vocab_eot(self._vocab), ll.llama_vocab_eos(self._vocab), 0) if t >= 0)
+
     @staticmethod
     def _token_or_none(token: int) -> int | None:
         return int(token) if token >= 0 else None  # llama.cpp says -1 (LLAMA_TOKEN_NULL)

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookahead.core.constraint import ConstraintFactory, TokenConstraint, restrict
+from lookahead.core.infill import InfillVocab, infill_keep
 from lookahead.errors import ConfigError
 
 GREEDY_BELOW = 1e-5  # temperatures below this sample as greedy (argmax)
@@ -43,6 +44,9 @@ class SamplingConfig:
     # makes a fresh state of a rule on the next token (a grammar) for each generation: the
     # target distribution is the model's masked to what the rule allows (`constraint.py`)
     constraint: ConstraintFactory | None = None
+    # llama.cpp's `infill` sampler after top-k/top-p when sampling (`infill.py`): editors'
+    # fill-in-the-middle requests list it; None: not in the chain
+    infill: InfillVocab | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.temperature < math.inf:
@@ -173,7 +177,7 @@ class Sampler:
         cfg = self.config
         n = len(logits)
         k = cfg.top_k if 0 < cfg.top_k < n else n
-        if k > WIDE and not (cfg.n_probs > 0 and cfg.post_sampling_probs):
+        if k > WIDE and not (cfg.n_probs > 0 and cfg.post_sampling_probs) and cfg.infill is None:
             return draw_wide(logits, u, cfg.temperature, cfg.top_p, cfg.min_p)
         idx = top_k_ids(logits, k) if k < n else np.arange(n)
         vals = logits[idx].astype(np.float64)
@@ -187,11 +191,15 @@ class Sampler:
             keep = min(keep, int(np.searchsorted(np.cumsum(probs), cfg.top_p)) + 1)
         if cfg.min_p > 0.0:
             keep = min(keep, max(1, int(np.count_nonzero(probs >= cfg.min_p * probs[0]))))
-        vals = vals[:keep] / cfg.temperature
+        idx, vals = idx[:keep], vals[:keep]
+        if cfg.infill is not None:  # llama.cpp's chain: top-k, top-p, then infill
+            idx, vals = infill_keep(idx, vals, cfg.infill)
+            keep = len(idx)
+        vals = vals / cfg.temperature
         probs = np.exp(vals - vals[0])
         cdf = np.cumsum(probs)
         if cfg.n_probs > 0 and cfg.post_sampling_probs:
-            self._post = (idx[:keep], probs / cdf[-1])
+            self._post = (idx, probs / cdf[-1])
         j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
         return int(idx[min(j, keep - 1)])
 

@@ -101,6 +101,8 @@ def sampling_of(model: Model, body: NativeRequest, constraint: ConstraintFactory
     bias = model_bias(model, body.logit_bias)
     if bias or constraint:
         sampling = replace(sampling, logit_bias=bias, constraint=constraint)
+    if body.uses_infill() and sampling.temperature > 0:
+        sampling = replace(sampling, infill=model.vocab)  # llama.cpp's infill sampler (core/infill.py)
     return sampling
 
 

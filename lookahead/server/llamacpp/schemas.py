@@ -29,10 +29,10 @@ DEFAULT_MIN_P = 0.05
 MAX_COMPLETIONS = limits.COMPLETIONS.most  # n_cmpl: llama.cpp allows up to its slot count, 4 by default
 
 # The samplers of llama.cpp's chain this service applies when a request lists them (it
-# applies them in its own fixed order; see `lookahead.core.sampling`). The rest of
-# llama.cpp's names (`infill`, `dry`, `typ_p`, `xtc`, `top_n_sigma`, ...) are accepted and
-# skipped, as llama.cpp skips names it does not know.
-KNOWN_SAMPLERS = {"top_k", "top_p", "min_p", "temperature", "penalties"}
+# applies them in its own fixed order, `infill` after top-k/top-p when sampling; see
+# `lookahead.core.sampling`). The rest of llama.cpp's names (`dry`, `typ_p`, `xtc`,
+# `top_n_sigma`, ...) are accepted and skipped, as llama.cpp skips names it does not know.
+KNOWN_SAMPLERS = {"top_k", "top_p", "min_p", "temperature", "penalties", "infill"}
 
 
 class NativeRequest(BaseModel):
@@ -116,12 +116,20 @@ class NativeRequest(BaseModel):
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         return tuple(s for s in stops if s)
 
+    def samplers_named(self) -> list[str] | None:
+        """The sampler chain the request lists (None: llama.cpp's default chain)."""
+        return self.samplers.split(";") if isinstance(self.samplers, str) else self.samplers
+
+    def uses_infill(self) -> bool:
+        """Whether the chain lists llama.cpp's `infill` sampler (editors' FIM requests do)."""
+        return "infill" in (self.samplers_named() or ())
+
     def sampling(self) -> SamplingConfig:
         """llama.cpp's sampler chain as far as this service has it: a listed `samplers`
         chain keeps only the samplers it names (without `temperature` the draw is at
         temperature 1, as in llama.cpp); temperature 0 is greedy."""
-        names = self.samplers.split(";") if isinstance(self.samplers, str) else self.samplers
-        on = set(KNOWN_SAMPLERS if names is None else names)
+        names = self.samplers_named()
+        on = set(KNOWN_SAMPLERS - {"infill"} if names is None else names)
         greedy = self.temperature <= 0
         seed = None if self.seed < 0 or self.seed == 0xFFFFFFFF else self.seed
         return SamplingConfig(
