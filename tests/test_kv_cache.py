@@ -194,3 +194,20 @@ def test_a_prompt_sharing_only_a_short_head_leaves_another_conversation_cached()
 def test_only_free_slots_are_chosen() -> None:
     caches = [[1, 2, 3], [5]]
     assert choose_slot(caches, [1], [0, 0], [1, 2, 3, 4]) == 1
+
+
+def test_parked_cells_in_the_way_are_freed_not_the_cache() -> None:
+    # an editor's requests: drafts rejected over many of them parked more cells than the
+    # prompt keeps; the next prompt once started cold (every keystroke read the whole window)
+    rng = np.random.default_rng(0)
+    cells = Cells(512)
+    slot = KVSlot(cells, 0, B, 512)
+    batch = BatchArrays(64, B)
+    prompt = rng.integers(0, 50, 40).tolist()
+    prefill(cells, slot, batch, prompt)
+    while slot.parked <= 60:
+        step(cells, slot, batch, rng)
+    assert slot.parked > 40
+    kept = slot.reuse(prompt[:30] + [7, 7, 7])
+    assert kept == 30 and slot.parked == 0 and slot.cache_tokens == prompt[:30]
+    assert not any(c is not None and c[2] == {slot.park} for c in cells.cells)  # no parked cell left

@@ -44,6 +44,9 @@ best-first children the accepted path is usually leftmost and parks nothing.
 The prompt cache keeps that order: it frees the committed cells past the common prefix,
 which all lie after the kept ones, and keeps parked cells (freeing a parked cell could open
 a hole before a live one), so a new tail goes after the kept prefix as a cold start's would.
+Only when the parked cells outnumber the kept ones or leave the new prompt no room are they
+freed, holes and all (the output is then close to a cold start's, not bit for bit: exact
+requests never reuse cells, so nothing promised changes).
 
 KV shift (llama.cpp's `--cache-reuse N`, off when `shift_min` is 0): past the common prefix,
 runs of at least N prompt tokens that the cells hold further on (an editor's window that
@@ -252,14 +255,21 @@ class KVSlot:
         rest; returns how many were kept, the first ones of `tokens` (0: the slot is now
         empty). `shifted` says how many of them were moved.
 
-        Parked cells stay (see the module docstring); a slot whose parked cells outnumber
-        the kept tokens, or that could not fit `tokens` beside them, starts cold instead.
+        Parked cells stay (see the module docstring), unless they outnumber the kept tokens
+        or leave no room for `tokens`: then they are freed and the kept cells stay.
         """
         k = common_prefix(self.cache_tokens, tokens)
         plan = shift_plan(self.cache_tokens, tokens, k, self.shift_min)
         kept = k + sum(n for _, _, n in plan)
         self.shifted = 0
-        if kept == 0 or self.parked > kept or self.parked + len(tokens) + 1 > self.capacity:
+        if kept and self.parked and (self.parked > kept or self.parked + len(tokens) + 1 > self.capacity):
+            # the parked cells, not the prompt, are in the way: free them, not the cache (an
+            # editor's drafts rejected over many requests filled a 4k context and made every
+            # keystroke a cold start). The holes they leave change the order flash attention
+            # sums in: close to a cold start's output, not bit for bit, as a shift is.
+            self.kv.seq_rm(self.park, -1, -1)
+            self.parked = 0
+        if kept == 0 or self.parked + len(tokens) + 1 > self.capacity:
             self.clear()
             return 0
         kv, ids = self.kv, self.ids.tolist()
