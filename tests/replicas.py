@@ -30,7 +30,9 @@ class Replica(ServeProcess):
         self.name, self.keys_file, self.workdir = name, keys_file, workdir
         args = ["--model", str(model), "--threads", "2", "--parallel", "1", "--n-ctx", "1024",
                 "--replica-id", name, "--index-file", str(self.index_file), "--api-key-file", str(keys_file),
-                "--grace-period", "15", "--log-level", "warning"]  # fmt: skip
+                # a drain waits the grace period less 5 s for the streams in flight: 25 s, so a
+                # stream whose client reads it slowly on a loaded machine still ends whole
+                "--grace-period", "30", "--log-level", "warning"]  # fmt: skip
         super().__init__(args, workdir / f"{name}.log", port)
 
     @property

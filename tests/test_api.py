@@ -113,6 +113,9 @@ def test_a_warm_up_prefill_starts_at_the_thread_count_the_cpu_probe_gives(smol_m
         def others(self) -> float:
             return self.value
 
+        def now(self) -> float:  # looking ahead: the same load
+            return self.value
+
     load = Load()
     seen: list[int] = []
     real = smol_model.backend.set_threads

@@ -192,7 +192,8 @@ def test_a_draining_replica_hands_its_tenants_over_without_client_retries(cluste
             r, retries = cluster.post(key, {"prompt": "hi", "max_tokens": 2}, retries=0)
             answers.append((r.status_code, r.headers.get(REPLICA_HEADER, ""), retries))
         events += [line for line in lines if line.startswith("data:")]
-    assert replica.proc.wait(30) == 0
+    assert replica.proc.wait(45) == 0
     assert all(code == 200 and who != name for code, who, _ in answers), answers
     assert events[-1] == "data: [DONE]"  # the running stream finished on the draining replica
-    assert json.loads(events[-2][5:])["choices"][0]["finish_reason"] in ("length", "stop")
+    last = json.loads(events[-2][5:])
+    assert last.get("choices", [{}])[0].get("finish_reason") in ("length", "stop"), events[-3:]
