@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from lookahead.server.errors import APIError
 
@@ -72,6 +73,22 @@ def check(limit: Limit, count: int, param: str | None = None) -> None:
     if problem is not None:
         name = param or limit.field
         raise APIError(400, f"{name}: {problem}", param=name, code="limit_exceeded")
+
+
+# Field validators both dialects' request schemas use (`field_validator(NAME)(one_of_these)`).
+def bias_entries(value: Any) -> Any:
+    bounded(LOGIT_BIAS, len(value) if isinstance(value, list | dict) else 0)
+    return value
+
+
+def grammar_size(value: Any) -> Any:
+    bounded(GRAMMAR, text_size(value))
+    return value
+
+
+def schema_size(value: Any) -> Any:
+    bounded(SCHEMA, json_size(value))
+    return value
 
 
 def text_size(value: object) -> int:

@@ -85,23 +85,9 @@ class NativeRequest(BaseModel):
         limits.bounded(limits.STOP, len(v) if isinstance(v, list) else 1)
         return v
 
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_entries(cls, v: Any) -> Any:
-        limits.bounded(limits.LOGIT_BIAS, len(v) if isinstance(v, list | dict) else 0)
-        return v
-
-    @field_validator("grammar")
-    @classmethod
-    def _grammar_size(cls, v: str | None) -> str | None:
-        limits.bounded(limits.GRAMMAR, limits.text_size(v))
-        return v
-
-    @field_validator("json_schema")
-    @classmethod
-    def _schema_size(cls, v: Any) -> Any:
-        limits.bounded(limits.SCHEMA, limits.json_size(v))
-        return v
+    _bias_entries = field_validator("logit_bias")(limits.bias_entries)
+    _grammar_size = field_validator("grammar")(limits.grammar_size)
+    _schema_size = field_validator("json_schema")(limits.schema_size)
 
     @model_validator(mode="after")
     def _alias_limits(self) -> NativeRequest:

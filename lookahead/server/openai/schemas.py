@@ -74,23 +74,9 @@ class _Common(BaseModel):
 
     _refuse = field_validator("tools", "functions", "best_of", "grammar_lazy")(refuse_unsupported)
 
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_entries(cls, v: Any) -> Any:
-        limits.bounded(limits.LOGIT_BIAS, len(v) if isinstance(v, list | dict) else 0)
-        return v
-
-    @field_validator("grammar")
-    @classmethod
-    def _grammar_size(cls, v: Any) -> Any:
-        limits.bounded(limits.GRAMMAR, limits.text_size(v))
-        return v
-
-    @field_validator("json_schema", "response_format")
-    @classmethod
-    def _schema_size(cls, v: Any) -> Any:
-        limits.bounded(limits.SCHEMA, limits.json_size(v))
-        return v
+    _bias_entries = field_validator("logit_bias")(limits.bias_entries)
+    _grammar_size = field_validator("grammar")(limits.grammar_size)
+    _schema_size = field_validator("json_schema", "response_format")(limits.schema_size)
 
     @field_validator("logprobs")
     @classmethod
