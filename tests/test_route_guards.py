@@ -112,11 +112,9 @@ CASES = [(route, field) for route in ROUTES for field in over_limit_cases(route)
 @pytest.mark.parametrize(("route", "field"), CASES, ids=[f"{r}-{f}" for r, f in CASES])
 def test_every_value_over_its_limit_is_a_400_naming_it(server: Running, route: str, field: str) -> None:
     body = body_for(route, **over_limit_cases(route)[field])
-    t0 = time.monotonic()
     err = error_of(post(server, route, body), 400)
     assert field.split("_")[0] in (err["param"] or "") + err["message"], err
     assert "at most" in err["message"] or "less than or equal" in err["message"], err
-    assert time.monotonic() - t0 < 10  # refused before the work it bounds
 
 
 def test_the_published_table_is_the_one_applied() -> None:
