@@ -81,6 +81,7 @@ class FakeModel:
         self.parked = 0
 
     shifted = 0  # the fake cache never moves cells (no KV shift)
+    refilled = 0
 
     def reuse(self, tokens: Sequence[int]) -> int:
         """LlamaBackend's prompt cache rule (`KVSlot.reuse`) on the fake cache."""
@@ -256,6 +257,9 @@ class FakeMultiModel:
 
     def slot_shifted(self, slot: int) -> int:
         return 0  # the fake cache never moves cells (no KV shift)
+
+    def slot_refilled(self, slot: int) -> int:
+        return 0
 
     def slot_past(self, slot: int) -> int:
         return len(self.ctx[slot])

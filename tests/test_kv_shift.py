@@ -137,3 +137,108 @@ def test_a_slot_holding_a_movable_run_is_chosen_over_an_empty_one() -> None:
     prompt = head + flat(window[1:]) + [9]
     assert choose_slot(caches, [0, 1], [1, 2], prompt) == 1  # the shared head alone is too little
     assert choose_slot(caches, [0, 1], [1, 2], prompt, min_run=16) == 0
+
+
+def test_with_gaps_the_walk_passes_new_tokens_to_the_next_run() -> None:
+    a, b, c, d, e = ([k] * 3 + list(range(10 * k, 10 * k + 7)) for k in range(1, 6))
+    cache = a + b + c + d + e
+    new = a + [7, 7] + c + e
+    assert shift_plan(cache, new, 10, 5, gaps=True) == [(20, 12, 10), (40, 22, 10)]
+    assert reusable(cache, new, 5, gaps=True) == 10 + 20
+    # a run may move forward: the cache lost more of the window than the prompt did
+    assert shift_plan(c + d + e, a + b + c + d, 0, 5, gaps=True) == [(0, 20, 20)]
+    assert shift_plan(cache, new, 10, 0, gaps=True) == []  # off
+
+
+class StrictCells(ShiftCells):
+    """`ShiftCells` that refuses a batch as llama.cpp does: a sequence's tokens in a batch
+    must begin right after the last position it holds."""
+
+    def decode(self, batch: BatchArrays, n: int) -> None:
+        first: dict[int, int] = {}
+        for e in range(n):
+            for q in batch.seq[e, : batch.n_seq_id[e]].tolist():
+                first.setdefault(int(q), int(batch.pos[e]))
+        for q, p in first.items():
+            last = self.seq_pos_max(q)
+            assert last < 0 or p == last + 1, f"seq {q}: the batch starts at {p}, the cache ends at {last}"
+        super().decode(batch, n)
+
+
+def editor_turn(seed: int, parked_steps: int) -> tuple[StrictCells, KVSlot, BatchArrays, list[int], list[list[int]]]:
+    """A slot holding a follow-up's prompt whose window lost 3 lines at its top, and the next
+    quick request's prompt, whose window lost one: its lines 1-2 are not cached at all."""
+    rng = np.random.default_rng(seed)
+    cells = StrictCells(4096)
+    slot = KVSlot(cells, 3, B, 4096)
+    slot.shift_min = 8
+    batch = BatchArrays(256, B + 10)
+    head, window, suffix = rng.integers(50, 60, 10).tolist(), lines(rng, 30), flat(lines(rng, 1))  # < shift_min
+    prefill(cells, slot, batch, head + flat(window[3:]) + flat(lines(rng, 3)) + suffix)
+    for _ in range(parked_steps):
+        step(cells, slot, batch, rng)
+    prompt = head + flat(window[1:]) + flat(lines(rng, 1)) + suffix
+    return cells, slot, batch, prompt, window
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_run_after_new_tokens_is_kept_and_the_new_tokens_decoded_before_it(seed: int) -> None:
+    cells, slot, batch, prompt, window = editor_turn(seed, parked_steps=seed)
+    refills: list[list[int]] = []
+
+    def refill(tokens: np.ndarray) -> None:
+        refills.append(tokens.tolist())
+        prefill(cells, slot, batch, tokens.tolist())
+
+    kept = slot.reuse(prompt, refill=refill)
+    assert refills == [flat(window[1:3])]
+    assert slot.refilled == len(flat(window[1:3])) and slot.shifted == len(flat(window[3:]))
+    assert kept == 10 + len(flat(window[1:])) and slot.cache_tokens == prompt[:kept]
+    check_shifted(cells, slot)
+    prefill(cells, slot, batch, prompt[kept:])
+    check_shifted(cells, slot)
+    rng = np.random.default_rng(seed)
+    for _ in range(4):  # drafts go on as usual after it
+        step(cells, slot, batch, rng)
+    check_shifted(cells, slot)
+
+
+def test_without_refill_the_walk_stops_at_the_new_tokens_as_llama_cpps_does() -> None:
+    cells, slot, _, prompt, _ = editor_turn(0, parked_steps=2)
+    assert slot.reuse(prompt) == 10 and slot.refilled == 0 and slot.shifted == 0
+    check_shifted(cells, slot)
+
+
+def test_a_refill_that_fails_leaves_the_slot_empty() -> None:
+    cells, slot, _, prompt, _ = editor_turn(1, parked_steps=3)
+
+    def refill(tokens: np.ndarray) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        slot.reuse(prompt, refill=refill)
+    assert slot.n_past == 0 and not slot.holds_cells()
+
+
+def test_two_runs_after_new_tokens_each_follow_their_own() -> None:
+    rng = np.random.default_rng(5)
+    cells = StrictCells(4096)
+    slot = KVSlot(cells, 0, B, 4096)
+    slot.shift_min = 8
+    batch = BatchArrays(256, B + 10)
+    window, middle, suffix = lines(rng, 20), lines(rng, 3), flat(lines(rng, 4))
+    prefill(cells, slot, batch, flat(window[3:]) + flat(middle) + suffix)
+    step(cells, slot, batch, rng)
+    new_line = flat(lines(rng, 1))
+    prompt = flat(window[1:]) + new_line + suffix
+    refills: list[list[int]] = []
+
+    def refill(tokens: np.ndarray) -> None:
+        refills.append(tokens.tolist())
+        prefill(cells, slot, batch, tokens.tolist())
+
+    # the prompt shares no prefix with the cache: it starts with new tokens
+    assert slot.reuse(prompt, refill=refill) == len(prompt)
+    assert refills == [flat(window[1:3]), new_line]
+    assert slot.shifted == len(flat(window[3:])) + len(suffix)
+    check_shifted(cells, slot)

@@ -114,6 +114,32 @@ def test_a_window_that_dropped_a_line_moves_its_cells_and_prefills_only_the_new_
     assert warm.tokens[0] == cold.tokens[0]
 
 
+def test_a_window_whose_cached_copy_lost_more_lines_keeps_the_rest_after_decoding_them(
+    shifting: LlamaBackend,
+) -> None:
+    """The editor's case llama.cpp's walk gives up on: the cached prompt's window starts
+    further down than the new one's (a longer suggestion moved it), so the new prompt's
+    first lines are not cached; they are decoded in place and the rest moved after them."""
+    b = shifting
+    first = b.tokenize("\n".join(LINES[:1] + LINES[6:]) + "\n")
+    second = b.tokenize("\n".join(LINES[:1] + LINES[2:]) + "\n")
+    run(b, first, cache=True)
+    before = b.n_decoded
+    warm = run(b, second, cache=True)
+    prefilled = b.n_decoded - before - warm.stats.steps
+    assert warm.stats.tokens_shifted > REUSE and b.refilled > 0
+    assert prefilled == len(second) - 1 - warm.stats.tokens_cached
+    assert warm.stats.tokens_cached >= len(first) - 12  # the moved window, less where the pieces meet
+    assert prefilled <= b.refilled + 4
+    cold = run(b, second, cache=False)
+    assert warm.tokens[0] == cold.tokens[0]
+    next_logits(b, first, cache=False)
+    warm_logits = next_logits(b, second, cache=True)
+    assert b.refilled > 0
+    cold_logits = next_logits(b, second, cache=False)
+    assert 0.5 * float(np.abs(softmax(warm_logits) - softmax(cold_logits)).sum()) < 0.1
+
+
 def test_moved_cells_give_logits_close_to_a_cold_start(shifting: LlamaBackend) -> None:
     b = shifting
     first = b.tokenize("\n".join(LINES) + "\n")

@@ -69,6 +69,12 @@ class Verifier(Protocol):
         """Of the tokens the last `reuse` kept, those moved to new positions (KV shift)."""
         ...
 
+    @property
+    def refilled(self) -> int:
+        """Of the tokens the last `reuse` kept, new ones it decoded to put moved runs after
+        them (KV shift): prefilled, not cached."""
+        ...
+
     def prefill(self, tokens: TokenArray) -> None:
         """Decode `tokens` into the KV cache (no logits needed)."""
         ...

@@ -54,12 +54,16 @@ dropped its first line) are moved to their new positions (`seq_add`; llama.cpp r
 their keys, RoPE being relative) and kept, and the cells between them freed (`shift_plan`).
 A moved cell keeps the K/V it was decoded with, which saw the tokens since dropped: the
 output is close to a cold start's, not bit for bit (and the holes left change the order
-flash attention sums in), which is why exact requests never reuse cells at all.
+flash attention sums in), which is why exact requests never reuse cells at all. Where a new
+prompt token begins no cached run, llama.cpp's walk ends; given a way to decode (`refill`),
+`reuse` goes on past the new tokens to the next run, decodes them in place and puts the run
+after them (see `KVSlot.reuse`): an editor's window whose cached copy lost more lines at its
+top than the new prompt did is kept, not decoded again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -68,6 +72,10 @@ from lookahead.backend.tree_layout import TreeLayout
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError
+
+# Where runs waiting for new tokens before them are put aside (`KVSlot.reuse`): past any
+# position a context holds.
+_ASIDE = 1 << 24
 
 
 class KVOps(Protocol):
@@ -123,7 +131,9 @@ def _match(x: np.ndarray, y: np.ndarray) -> int:
     return int(diff[0]) if len(diff) else n
 
 
-def shift_plan(cache: Sequence[int], tokens: Sequence[int], start: int, min_run: int) -> list[tuple[int, int, int]]:
+def shift_plan(
+    cache: Sequence[int], tokens: Sequence[int], start: int, min_run: int, gaps: bool = False
+) -> list[tuple[int, int, int]]:
     """llama.cpp's `--cache-reuse` walk: the cached runs that go to new places, past the
     common prefix `start`, as (position in `cache`, position in `tokens`, length).
 
@@ -133,6 +143,13 @@ def shift_plan(cache: Sequence[int], tokens: Sequence[int], start: int, min_run:
     `start` without a gap, and every one moves back (cache position >= prompt position):
     a prompt that dropped pieces of the cached one, as a sliding window does. What follows
     the last run is decoded after it as usual. `min_run` <= 0: no runs (off).
+
+    With `gaps`, where no run begins the walk goes on to the next prompt token that begins
+    one (further on in `cache`, as before): the prompt tokens between are new, decoded in
+    their place before the run is put back after them, so the run may move forward too. An
+    editor's window whose cached copy already lost more lines at its top than the new prompt
+    did (a longer suggestion moved the last request's window further down) keeps the rest of
+    the window this way; llama.cpp's walk stops there and decodes it all again.
     """
     if min_run <= 0:
         return []
@@ -141,24 +158,67 @@ def shift_plan(cache: Sequence[int], tokens: Sequence[int], start: int, min_run:
     plan: list[tuple[int, int, int]] = []
     hc = hp = start
     while hc < len(c) and hp < len(p):
-        for s in (hc + np.flatnonzero(c[hc:] == p[hp])).tolist():
-            if _match(c[s : s + min_run], p[hp : hp + min_run]) < min_run:
-                continue  # too short: most candidates end here, at a cost of min_run tokens
-            n = _match(c[s:], p[hp:])
-            if n >= min_run:
-                plan.append((s, hp, n))
-                hc, hp = s + n, hp + n
-                break
-        else:
+        run = _run_at(c, p, hc, hp, min_run)
+        if run is None and gaps:
+            run = _next_run(c, p, hc, hp + 1, min_run)
+        if run is None:
             break
+        plan.append(run)
+        s, at, n = run
+        hc, hp = s + n, at + n
     return plan
 
 
-def reusable(cache: Sequence[int], tokens: Sequence[int], min_run: int = 0) -> int:
+def _run_at(c: np.ndarray, p: np.ndarray, hc: int, hp: int, min_run: int) -> tuple[int, int, int] | None:
+    """The first run of at least `min_run` tokens of `p` from `hp` that `c` holds at or
+    after `hc`, as (position in c, hp, length)."""
+    for s in (hc + np.flatnonzero(c[hc:] == p[hp])).tolist():
+        if _match(c[s : s + min_run], p[hp : hp + min_run]) < min_run:
+            continue  # too short: most candidates end here, at a cost of min_run tokens
+        n = _match(c[s:], p[hp:])
+        if n >= min_run:
+            return s, hp, n
+    return None
+
+
+_ANCHOR = 8  # tokens hashed to find where a run may begin (`_next_run`)
+
+
+def _next_run(c: np.ndarray, p: np.ndarray, hc: int, hp: int, min_run: int) -> tuple[int, int, int] | None:
+    """`_run_at` at the first prompt position from `hp` on where a run begins: candidates
+    found by their first `_ANCHOR` tokens in a table of `c[hc:]`, one pass over each."""
+    k = min(_ANCHOR, min_run)
+    if len(c) - hc < min_run or len(p) - hp < min_run:
+        return None
+    cb = c[hc:].astype("<i8").tobytes()
+    pb = p.astype("<i8").tobytes()
+    starts = {cb[8 * i : 8 * (i + k)] for i in range(len(c) - hc - k + 1)}
+    for at in range(hp, len(p) - min_run + 1):
+        if pb[8 * at : 8 * (at + k)] in starts:
+            run = _run_at(c, p, hc, at, min_run)
+            if run is not None:
+                return run
+    return None
+
+
+def _split_at_gap(
+    plan: list[tuple[int, int, int]], start: int
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """`plan`'s runs before its first new prompt token (each begins where the last ended,
+    the first at `start`) and the runs from there on."""
+    end = start
+    for i, (_, p0, n) in enumerate(plan):
+        if p0 != end:
+            return plan[:i], plan[i:]
+        end = p0 + n
+    return plan, []
+
+
+def reusable(cache: Sequence[int], tokens: Sequence[int], min_run: int = 0, gaps: bool = False) -> int:
     """Prompt tokens a slot holding `cache` would keep: the common prefix, and with
     `min_run` the runs `shift_plan` moves after it."""
     k = common_prefix(cache, tokens)
-    return k + sum(n for _, _, n in shift_plan(cache, tokens, k, min_run))
+    return k + sum(n for _, _, n in shift_plan(cache, tokens, k, min_run, gaps))
 
 
 def choose_slot(
@@ -167,6 +227,7 @@ def choose_slot(
     last_use: Sequence[int],
     tokens: Sequence[int],
     min_run: int = 0,
+    gaps: bool = False,
 ) -> int:
     """The free slot a prompt of `tokens` should take, given each slot's cached tokens.
 
@@ -175,9 +236,10 @@ def choose_slot(
     `--slot-prompt-similarity` has the same purpose): else the slot with nothing cached, or
     the least recently used. Without that rule a new chat sharing only a system prompt with
     another conversation's slot would evict that conversation while an empty slot waits.
-    With `min_run` (KV shift on), what a slot shares counts the runs it would move too.
+    With `min_run` (KV shift on), what a slot shares counts the runs it would move too
+    (with `gaps`, those past new tokens as well).
     """
-    shared = {k: reusable(caches[k], tokens, min_run) for k in free}
+    shared = {k: reusable(caches[k], tokens, min_run, gaps) for k in free}
     matches = [k for k in free if 2 * shared[k] > len(caches[k])]
     if matches:
         return max(matches, key=lambda k: (shared[k], -last_use[k]))
@@ -213,6 +275,7 @@ class KVSlot:
         # new position; 0 = off. The owner sets it, to 0 where the model cannot shift.
         self.shift_min = 0
         self.shifted = 0  # of the tokens the last `reuse` kept, those it moved
+        self.refilled = 0  # new tokens the last `reuse` decoded between moved runs
 
     def _own_ids(self) -> list[int]:
         return [*self.ids.tolist(), *([self.park] if self.park >= 0 else [])]
@@ -225,7 +288,7 @@ class KVSlot:
     # ---- lifetime -----------------------------------------------------------------------
     def forget(self) -> None:
         """Empty the bookkeeping (the caller freed the cells, e.g. by clearing the context)."""
-        self.n_past = self.parked = self.shifted = 0
+        self.n_past = self.parked = self.shifted = self.refilled = 0
         self.cache_tokens = []
         self.layout = None
 
@@ -249,20 +312,31 @@ class KVSlot:
         self.layout = None
 
     # ---- the prompt cache -----------------------------------------------------------------
-    def reuse(self, tokens: Sequence[int]) -> int:
+    def reuse(self, tokens: Sequence[int], refill: Callable[[TokenArray], None] | None = None) -> int:
         """Keep the committed cells of the longest common prefix of `cache_tokens` and
         `tokens` (with `shift_min`, and the runs `shift_plan` moves after it), free the
-        rest; returns how many were kept, the first ones of `tokens` (0: the slot is now
-        empty). `shifted` says how many of them were moved.
+        rest; returns how many tokens of `tokens` the slot then holds, its first ones (0:
+        the slot is now empty). `shifted` says how many of them were moved.
+
+        With `refill` (decodes tokens after the committed ones, as `put_prefill` and
+        `prefilled` do) and a park id, the walk may pass new prompt tokens to reach a run
+        further on (`shift_plan`'s `gaps`): those runs wait under the park id alone (no
+        batch carries it, so llama.cpp's rule that a sequence's new tokens follow its last
+        cell holds), already at their new positions, while `refill` decodes the new tokens
+        before each; then every branch id takes them back. `refilled` says how many tokens
+        `refill` decoded (counted in the return value, not cached). Parked cells are freed
+        first: the park id holds the waiting runs.
 
         Parked cells stay (see the module docstring), unless they outnumber the kept tokens
         or leave no room for `tokens`: then they are freed and the kept cells stay.
         """
         k = common_prefix(self.cache_tokens, tokens)
-        plan = shift_plan(self.cache_tokens, tokens, k, self.shift_min)
+        gaps = refill is not None and self.park >= 0
+        plan = shift_plan(self.cache_tokens, tokens, k, self.shift_min, gaps=gaps)
         kept = k + sum(n for _, _, n in plan)
-        self.shifted = 0
-        if kept and self.parked and (self.parked > kept or self.parked + len(tokens) + 1 > self.capacity):
+        self.shifted = self.refilled = 0
+        plan, waiting = _split_at_gap(plan, k)  # runs put back at once, and runs that wait
+        if kept and self.parked and (waiting or self.parked > kept or self.parked + len(tokens) + 1 > self.capacity):
             # the parked cells, not the prompt, are in the way: free them, not the cache (an
             # editor's drafts rejected over many requests filled a 4k context and made every
             # keystroke a cold start). The holes they leave change the order flash attention
@@ -280,13 +354,38 @@ class KVSlot:
                 kv.seq_rm(int(seq), p0, c0)
             kv.seq_add(self.base, c0, c0 + n, p0 - c0)
             self.shifted += n
-        if kept < self.n_past:
+        end = plan[-1][1] + plan[-1][2] if plan else k
+        for c0, p0, n in waiting:
+            # under the park id alone, parked far past every position (runs may move forward
+            # over one another's old places), then brought down to where they go
+            kv.seq_cp(self.base, self.park, c0, c0 + n)
             for seq in ids:
-                kv.seq_rm(int(seq), kept, -1)
-            self.n_past = kept
-        self.cache_tokens = [int(t) for t in tokens[:kept]]
+                kv.seq_rm(int(seq), c0, c0 + n)
+            kv.seq_add(self.park, c0, c0 + n, _ASIDE + p0 - c0)
+        if end < self.n_past:
+            for seq in ids:
+                kv.seq_rm(int(seq), end, -1)
+        self.n_past = end
+        self.cache_tokens = [int(t) for t in tokens[:end]]
         self.layout = None
-        return kept
+        if not waiting:
+            return kept
+        kv.seq_add(self.park, _ASIDE, -1, -_ASIDE)
+        try:
+            for _, p0, n in waiting:
+                gap = np.asarray(tokens[self.n_past : p0], dtype=np.int32)
+                refill(gap)  # type: ignore[misc]  # `waiting` is empty without it
+                self.refilled += len(gap)
+                for seq in ids:
+                    kv.seq_cp(self.park, int(seq), p0, p0 + n)
+                kv.seq_rm(self.park, p0, p0 + n)
+                self.n_past = p0 + n
+                self.cache_tokens.extend(int(t) for t in tokens[p0 : p0 + n])
+                self.shifted += n
+        except BaseException:
+            self.clear()  # a refill stopped part way: nothing half-placed stays
+            raise
+        return self.n_past
 
     # ---- filling a batch ------------------------------------------------------------------
     def put_prefill(self, batch: BatchArrays, e: int, tokens: TokenArray) -> int:

@@ -401,8 +401,9 @@ class LlamaBackend(LlamaVocab):
     def reuse(self, tokens: Sequence[int]) -> int:
         """The prompt cache: keep the committed cells of the longest common prefix with
         `tokens` (and with `cache_reuse`, the cached runs moved after it), drop the rest;
-        returns the count kept (see `KVSlot.reuse`)."""
-        kept = self._slot.reuse(tokens)
+        returns the count kept (see `KVSlot.reuse`). New tokens between moved runs are
+        decoded here (`refilled` of them, not cached)."""
+        kept = self._slot.reuse(tokens, refill=self.prefill)
         self.tokens_shifted += self._slot.shifted
         return kept
 
@@ -410,6 +411,11 @@ class LlamaBackend(LlamaVocab):
     def shifted(self) -> int:
         """Of the tokens the last `reuse` kept, those moved to new positions (KV shift)."""
         return self._slot.shifted
+
+    @property
+    def refilled(self) -> int:
+        """Of the tokens the last `reuse` kept, the new ones it decoded between moved runs."""
+        return self._slot.refilled
 
     def _decode(self, n: int) -> None:
         self._kv.decode(self._batch, n)

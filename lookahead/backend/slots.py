@@ -128,7 +128,7 @@ class LlamaSlots:
         if not free:
             raise BackendError("every slot is in use")
         caches = [s.cache_tokens if self._owner[k] == owner else () for k, s in enumerate(self._slots)]
-        return choose_slot(caches, free, self._last_use, tokens, self.shift_min)
+        return choose_slot(caches, free, self._last_use, tokens, self.shift_min, gaps=not self.separate)
 
     def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
         """Take a free slot for a request whose committed prompt will be `tokens`: with
@@ -146,16 +146,25 @@ class LlamaSlots:
         if not cache or foreign:
             s.clear()
             return k, 0
-        kept = s.reuse(tokens)
+        kept = s.reuse(tokens, refill=None if self.separate else lambda t: self._refill(k, t))
         if kept:
             self.cache_hits += 1
-            self.tokens_cached += kept
+            self.tokens_cached += kept - s.refilled
             self.tokens_shifted += s.shifted
         return k, kept
+
+    def _refill(self, slot: int, tokens: TokenArray) -> None:
+        """Decode new tokens between the runs a reuse moves (`KVSlot.reuse`), a batch at a time."""
+        for lo in range(0, len(tokens), self.n_batch):
+            self.prefill(slot, tokens[lo : lo + self.n_batch])
 
     def slot_shifted(self, slot: int) -> int:
         """Of the tokens the slot kept when last taken, those moved to new positions."""
         return self._slots[slot].shifted
+
+    def slot_refilled(self, slot: int) -> int:
+        """Of the tokens the slot kept when last taken, the new ones decoded between moved runs."""
+        return self._slots[slot].refilled
 
     def fork(self, src: int, dst: int, n: int) -> None:
         """Give slot `dst` (taken, its cells freed) the first `n` committed cells of slot

@@ -123,14 +123,14 @@ def _run(
     policy.begin()
     req = Request(prompt, config, drafter, policy)
 
+    t0 = req.t_admit = clock()  # a reuse may decode new tokens between moved runs
     if cache_prompt:
         kept = verifier.reuse(prompt[:-1])
         req.stats.tokens_shifted = verifier.shifted
+        req.stats.tokens_cached = kept - verifier.refilled
     else:
         verifier.reset()
         kept = 0
-    req.stats.tokens_cached = kept
-    t0 = req.t_admit = clock()
     todo = np.asarray(prompt[kept:-1], dtype=np.int32)
     if progress:
         req.report_progress = True
@@ -192,9 +192,10 @@ def warm(verifier: Verifier, prompt: Sequence[int], clock: Callable[[], float] =
     (`stats.tokens_cached`, `stats.prefill_s`)."""
     check_prompt(prompt, verifier.n_ctx)
     stats = Stats()
-    stats.tokens_cached = kept = verifier.reuse(prompt[:-1])
+    t0 = clock()  # a reuse may decode new tokens between moved runs
+    kept = verifier.reuse(prompt[:-1])
+    stats.tokens_cached = kept - verifier.refilled
     stats.tokens_shifted = verifier.shifted
-    t0 = clock()
     verifier.prefill(np.asarray(prompt[kept:-1], dtype=np.int32))
     stats.prefill_s = clock() - t0
     return Result("", [], stats, "length")

@@ -72,6 +72,7 @@ class MultiVerifier(Protocol):
     def slot_past(self, slot: int) -> int: ...
 
     def slot_shifted(self, slot: int) -> int: ...  # of the tokens `acquire` kept, those moved (KV shift)
+    def slot_refilled(self, slot: int) -> int: ...  # of them, new ones decoded between moved runs
 
     def fork(self, src: int, dst: int, n: int) -> None:
         """Give the taken, empty slot `dst` the first `n` committed cells of slot `src`."""
@@ -243,15 +244,17 @@ class Batch:
             if parent is not None and (parent in self.waiting or (parent in self.active and not parent.ready)):
                 continue  # its sibling's prompt is not in yet: copied once it is
             self.waiting.remove(req)
+            admitted = self.clock()  # before `acquire`: a reuse may decode tokens between moved runs
             if parent is not None and parent in self.active:  # its sibling's prompt cells, copied
                 req.slot, _ = v.acquire()
                 req.prefilled = shared_prefix(parent.prompt[:-1], req.prompt[:-1])
                 v.fork(parent.slot, req.slot, req.prefilled)
+                req.stats.tokens_cached = req.prefilled
             else:
                 req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt, owner=req.cache_owner)
                 req.stats.tokens_shifted = v.slot_shifted(req.slot) if req.prefilled else 0
-            req.stats.tokens_cached = req.prefilled
-            req.t_admit = self.clock()
+                req.stats.tokens_cached = req.prefilled - (v.slot_refilled(req.slot) if req.prefilled else 0)
+            req.t_admit = admitted
             if req.report_progress:
                 events.append((req, req.progress(req.prefilled, req.t_admit)))
             self.active.append(req)
@@ -399,9 +402,6 @@ def run_batch(
     while not batch.idle:
         for req, event in batch.step():
             yield index[req.id], event
-
-
-
 
 
 # ---- how many requests to batch ----------------------------------------------------------
