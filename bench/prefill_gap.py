@@ -15,7 +15,8 @@ CPU probe decide where the prefill starts), the prompt not cached, one token gen
 Reported per condition: prefill tokens/s (median, min-max) and the thread counts the
 prefills ran at. With `--pinned`, busy-now also runs prefills pinned at one thread and at
 every thread, for the prefill-vs-decode question (which count a prefill wants under load).
-Prints a table; `--out FILE` also writes the runs as JSON. On a shared machine the figures
+Prints a table; `--out PATH` also writes the runs (PATH.json) and the table with the
+machine named (PATH.md). On a shared machine the figures
 are indicative only: other people's processes are load too.
 """
 
@@ -24,16 +25,20 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.provenance import git_commit
 from lookahead.api import Model, load
+from lookahead.backend.probe import cpu_model
 from lookahead.core.draft_state import DraftConfig
 from lookahead.models import catalog as models
 
@@ -114,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gap", type=float, default=4.0, help="seconds between requests")
     p.add_argument("--quiet", type=float, default=1.0, help="gap-busy: seconds the spinner is stopped before it")
     p.add_argument("--pinned", action="store_true", help="also prefills pinned at 1 and at every thread, busy")
-    p.add_argument("--out", type=Path, help="write the runs here as JSON")
+    p.add_argument("--out", type=Path, help="write the runs here: PATH.json and a table in PATH.md")
+    p.add_argument("--note", default="", help="a line for the report (e.g. what else ran on the machine)")
     args = p.parse_args(argv)
     if args.tokens < 16 or args.repeats < 1 or not 0 < args.quiet < args.gap:
         p.error("--tokens must be >= 16, --repeats >= 1, and 0 < --quiet < --gap")
@@ -143,7 +149,17 @@ def main(argv: list[str] | None = None) -> None:
             model.tuning.calibrate()  # cached: every thread back, a fresh governor
     print(table(runs))
     if args.out:
-        args.out.write_text(json.dumps({"model": args.model, "tokens": args.tokens, "runs": runs}, indent=1))
+        machine = f"{cpu_model()}, {len(os.sched_getaffinity(0))} usable CPUs"
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        head = {"model": args.model, "tokens": args.tokens, "gap_s": args.gap, "quiet_s": args.quiet,
+                "machine": machine, "date": when, "commit": git_commit(), "note": args.note}  # fmt: skip
+        args.out.with_suffix(".json").write_text(json.dumps(head | {"runs": runs}, indent=1) + "\n")
+        lines = [f"# Prefill after an idle gap: {args.model}, {machine}", "",
+                 f"{when}, commit {head['commit']}. {args.note}".rstrip(), "",
+                 f"{args.tokens} prompt tokens, not cached; {args.gap:g} s between requests (gap-busy: a spinning "
+                 f"process stops {args.quiet:g} s before the request); the thread count left to lookahead.", "",
+                 table(runs), ""]  # fmt: skip
+        args.out.with_suffix(".md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":
