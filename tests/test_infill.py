@@ -211,6 +211,21 @@ def test_t_max_predict_ms_stops_at_the_first_newline_past_the_budget(server: Run
     assert timed["tokens_predicted"] < free["tokens_predicted"] and timed["stop_type"] == "limit"
 
 
+def test_a_request_its_time_budget_stops_runs_no_step_past_the_stop(server: Running) -> None:
+    """The worker waits for the route's word on each step of an editor's request: the stop
+    comes before another step starts, so what was decoded is exactly what was answered (the
+    prompt's new tokens, then one token per step of plain decoding)."""
+    base = {**LLAMA_VIM, "response_fields": None, **PLAIN, "temperature": 0, "n_indent": 0, "n_predict": 48}
+    backend = server.service.model.backend
+    before = backend.n_decoded
+    timed = post(server, "/infill", {**base, "t_max_predict_ms": 1}).json()
+    assert timed["stop_type"] == "limit" and timed["tokens_predicted"] < 48
+    # the worker takes requests one at a time: once this one is answered, the last has ended
+    warm = post(server, "/infill", {**base, "n_predict": 0}).json()
+    decoded = backend.n_decoded - before - max(warm["timings"]["prompt_n"] - 1, 0)  # its last token: not decoded
+    assert decoded == timed["timings"]["prompt_n"] - 1 + timed["tokens_predicted"]
+
+
 def test_openai_suffix_builds_the_same_fim_prompt(server: Running) -> None:
     import openai
 

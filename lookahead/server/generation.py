@@ -38,6 +38,7 @@ class Generation:
     owner: str = ""  # whose cached KV cells it may reuse (`jobs.cache_owner`)
     on_done: Callable[[Job, Sequence[int]], None] | None = None  # how it is remembered (`admit.remembering`)
     predicted: list[int] | None = None  # OpenAI's Predicted Output, tokenized
+    paced: bool = False  # its route may stop it after any step (`Job.paced`)
 
 
 def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop, choices: int = 1) -> list[Job]:
@@ -59,6 +60,7 @@ def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop,
             cache_prompt=keeps_prompt(g.cache_prompt, choices),
             progress=g.progress,
             owner=g.owner,
+            paced=g.paced,
         )
         for g in generations
     ]

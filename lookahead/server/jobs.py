@@ -34,6 +34,7 @@ from lookahead.server.metrics import Metrics
 log = logging.getLogger("lookahead.server")
 
 END = object()  # the last item of every job's event queue
+PACE_TIMEOUT = 5.0  # seconds a paced job's worker waits for its route's word on a step
 
 
 class QueueFull(Exception):
@@ -72,6 +73,13 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     stopped: bool = False  # ended early by `stop_here`: what it wrote is an answer (remembered)
     written: list[int] = field(default_factory=list)  # tokens of the Steps emitted so far (worker side)
+    # Its route may stop it after any step (llama.cpp's `n_indent`, `t_max_predict_ms`): the
+    # worker waits for the route's word on each Step (`ack` or `stop_here`) before it starts
+    # the next. Without it the next step is under way when the stop comes: wasted work, a
+    # big draft's verify at worst, that the editor's next request queues behind (and that
+    # runs slower while the service reads that request on the other cores).
+    paced: bool = False
+    acked: threading.Event = field(default_factory=threading.Event)
 
     @property
     def warm_up(self) -> bool:
@@ -89,6 +97,17 @@ class Job:
     def cancel(self) -> None:
         """End the generation; nothing of it is remembered (the client left, or it failed)."""
         self.cancelled.set()
+        self.acked.set()
+
+    def ack(self) -> None:
+        """A paced job's route has read the last Step and wants the next."""
+        self.acked.set()
+
+    def wait_ack(self, timeout: float = PACE_TIMEOUT) -> None:
+        """Worker side, after emitting a Step of a paced job: wait for `ack`, `stop_here` or
+        `cancel` (at most `timeout`: a route that never answers slows its job, nothing more)."""
+        self.acked.wait(timeout)
+        self.acked.clear()
 
     def stop_here(self) -> None:
         """End the generation here with what it wrote as its answer (a dialect's own stop
@@ -96,6 +115,7 @@ class Job:
         written so far."""
         self.stopped = True
         self.cancelled.set()
+        self.acked.set()
 
 
 def cache_owner(api_key: str | None) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from lookahead.api import Model
-from lookahead.core.engine import Done, Event
+from lookahead.core.engine import Done, Event, Step
 from lookahead.errors import Interrupted, LookaheadError
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
@@ -96,6 +96,11 @@ class Worker(WorkerBase):
                 job.emit(event)
                 if isinstance(event, Done):
                     self._done(job, event.result)
+                elif job.paced and isinstance(event, Step):
+                    job.wait_ack()  # the route may stop it here: do not start the next step first
+                    if job.cancelled.is_set():
+                        self._cancelled(job)
+                        break
         except Interrupted:  # in the prompt's prefill: nothing written yet
             self._cancelled(job)
         except LookaheadError as exc:

@@ -126,6 +126,8 @@ def generation_of(
         progress=body.stream and body.return_progress,
         owner=owner,
         on_done=on_done,
+        # the editor's stops (`run.Watch`) decide after each step whether there is another
+        paced=body.n_indent > 0 or body.t_max_predict_ms > 0,
     )
 
 

@@ -112,10 +112,13 @@ async def follow(
                     yield item
                 elif isinstance(item, Step):
                     text = watch.step(item)
+                    if watch.stopped:
+                        job.stop_here()  # ended here, as an answer: the worker remembers it
+                    else:
+                        job.ack()  # a paced job's worker waits for this before its next step
                     if text or item.tokens:
                         yield text, list(item.tokens), item.probs
                     if watch.stopped:
-                        job.stop_here()  # ended here, as an answer: the worker remembers it
                         yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
                         return
                 elif isinstance(item, Done):
