@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookahead.backend.kv_cache import BatchArrays, KVSlot, choose_slot, common_prefix, reusable, shift_plan
+from lookahead.backend.kv_cache import BatchArrays, KVSlot
+from lookahead.backend.prompt_reuse import choose_slot, common_prefix, reusable, shift_plan
 from tests.test_kv_cache import B, Cells, prefill, step
 
 

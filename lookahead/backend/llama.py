@@ -399,22 +399,17 @@ class LlamaBackend(LlamaVocab):
         self._slot.forget()
 
     def reuse(self, tokens: Sequence[int]) -> int:
-        """The prompt cache: keep the committed cells of the longest common prefix with
-        `tokens` (and with `cache_reuse`, the cached runs moved after it), drop the rest;
-        returns the count kept (see `KVSlot.reuse`). New tokens between moved runs are
-        decoded here (`refilled` of them, not cached)."""
+        """The prompt cache (`KVSlot.reuse`; new tokens between moved runs decoded here)."""
         kept = self._slot.reuse(tokens, refill=self.prefill)
         self.tokens_shifted += self._slot.shifted
         return kept
 
     @property
-    def shifted(self) -> int:
-        """Of the tokens the last `reuse` kept, those moved to new positions (KV shift)."""
+    def shifted(self) -> int:  # of the tokens the last `reuse` kept, those moved (KV shift)
         return self._slot.shifted
 
     @property
-    def refilled(self) -> int:
-        """Of the tokens the last `reuse` kept, the new ones it decoded between moved runs."""
+    def refilled(self) -> int:  # of them, the new ones it decoded between moved runs
         return self._slot.refilled
 
     def _decode(self, n: int) -> None:
@@ -443,8 +438,7 @@ class LlamaBackend(LlamaVocab):
     def commit(self, draft: Draft, accepted: list[int]) -> None:
         self._slot.commit(draft, accepted)
 
-    def truncate(self, n_past: int) -> None:
-        """Drop every cell at position >= n_past, parked ones too (tests, self-tests)."""
+    def truncate(self, n_past: int) -> None:  # every cell at n_past or later, parked too (self-tests)
         self._slot.truncate(n_past)
 
     def measure_cost(self, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), repeats: int = 2) -> dict[int, float]:

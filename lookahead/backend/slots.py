@@ -32,8 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from lookahead.backend.base import LogitRows
-from lookahead.backend.kv_cache import KVSlot, choose_slot
+from lookahead.backend.kv_cache import KVSlot
 from lookahead.backend.llama import LlamaBackend
+from lookahead.backend.prompt_reuse import choose_slot
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, ConfigError
