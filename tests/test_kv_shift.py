@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
-from lookahead.backend.prompt_reuse import choose_slot, common_prefix, reusable, shift_plan
+from lookahead.backend.prompt_reuse import barrier_at, choose_slot, common_prefix, reusable, shift_plan
 from tests.test_kv_cache import B, Cells, prefill, step
 
 
@@ -242,4 +242,40 @@ def test_two_runs_after_new_tokens_each_follow_their_own() -> None:
     assert slot.reuse(prompt, refill=refill) == len(prompt)
     assert refills == [flat(window[1:3]), new_line]
     assert slot.shifted == len(flat(window[3:])) + len(suffix)
+    check_shifted(cells, slot)
+
+
+SUF = 999  # a fill-in-the-middle prompt's suffix marker (lines' tokens are 0-40 and 1000+)
+
+
+def test_no_run_is_moved_from_the_suffix_marker_on() -> None:
+    a, b, c = ([k] * 3 + list(range(10 * k, 10 * k + 7)) for k in range(1, 4))
+    cache = a + b + [SUF] + c
+    typed = a + b + [7, 7] + [SUF] + c  # a line typed above the cursor: the suffix's cells are stale
+    assert barrier_at(typed, SUF) == 22 and barrier_at(typed, None) == len(typed) and barrier_at(a, SUF) == len(a)
+    assert shift_plan(cache, typed, 20, 5, gaps=True) == [(20, 22, 11)]
+    assert shift_plan(cache, typed, 20, 5, gaps=True, barrier=22) == []
+    assert reusable(cache, typed, 5, gaps=True, barrier=22) == 20
+    # a run that begins before the marker goes on through it (a window that lost its top line)
+    assert shift_plan(cache, b + [SUF] + c, 0, 5, gaps=True, barrier=10) == [(10, 0, 21)]
+
+
+@pytest.mark.parametrize("barrier", [True, False])
+def test_a_slot_keeps_the_suffix_after_a_typed_line_only_without_a_marker(barrier: bool) -> None:
+    rng = np.random.default_rng(3)
+    cells = StrictCells(4096)
+    slot = KVSlot(cells, 0, B, 4096)
+    slot.shift_min, slot.shift_barrier = 8, (SUF if barrier else None)
+    batch = BatchArrays(256, B + 10)
+    above, suffix, typed = flat(lines(rng, 12)), [SUF, *flat(lines(rng, 4))], flat(lines(rng, 1))
+    prefill(cells, slot, batch, above + suffix)
+    step(cells, slot, batch, rng)
+    refills: list[list[int]] = []
+
+    def refill(tokens: np.ndarray) -> None:
+        refills.append(tokens.tolist())
+        prefill(cells, slot, batch, tokens.tolist())
+
+    kept = slot.reuse(above + typed + suffix, refill=refill)
+    assert (kept, refills) == ((len(above), []) if barrier else (len(above + typed + suffix), [typed]))
     check_shifted(cells, slot)

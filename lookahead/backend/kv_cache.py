@@ -58,7 +58,9 @@ flash attention sums in), which is why exact requests never reuse cells at all. 
 prompt token begins no cached run, llama.cpp's walk ends; given a way to decode (`refill`),
 `reuse` goes on past the new tokens to the next run, decodes them in place and puts the run
 after them (see `KVSlot.reuse`): an editor's window whose cached copy lost more lines at its
-top than the new prompt did is kept, not decoded again.
+top than the new prompt did is kept, not decoded again. The code after an editor's cursor
+(from a fill-in-the-middle prompt's suffix marker on) is never moved: cells decoded before
+the line just typed made the model write that line again (`prompt_reuse.shift_plan`).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from typing import Protocol
 
 import numpy as np
 
-from lookahead.backend.prompt_reuse import common_prefix, shift_plan, split_at_gap
+from lookahead.backend.prompt_reuse import barrier_at, common_prefix, shift_plan, split_at_gap
 from lookahead.backend.tree_layout import TreeLayout
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
@@ -145,6 +147,9 @@ class KVSlot:
         # KV shift (llama.cpp's --cache-reuse): the shortest cached run `reuse` moves to a
         # new position; 0 = off. The owner sets it, to 0 where the model cannot shift.
         self.shift_min = 0
+        # a fill-in-the-middle prompt's suffix marker: no run is moved from its last place in
+        # a prompt on (`shift_plan`'s barrier); None: the model has none
+        self.shift_barrier: int | None = None
         self.shifted = 0  # of the tokens the last `reuse` kept, those it moved
         self.refilled = 0  # new tokens the last `reuse` decoded between moved runs
 
@@ -203,7 +208,8 @@ class KVSlot:
         """
         k = common_prefix(self.cache_tokens, tokens)
         gaps = refill is not None and self.park >= 0
-        plan = shift_plan(self.cache_tokens, tokens, k, self.shift_min, gaps=gaps)
+        barrier = barrier_at(tokens, self.shift_barrier)
+        plan = shift_plan(self.cache_tokens, tokens, k, self.shift_min, gaps=gaps, barrier=barrier)
         kept = k + sum(n for _, _, n in plan)
         self.shifted = self.refilled = 0
         plan, waiting = split_at_gap(plan, k)  # runs put back at once, and runs that wait

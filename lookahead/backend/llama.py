@@ -344,9 +344,9 @@ class LlamaBackend(LlamaVocab):
         self._batch = self._kv.new_batch(self.n_batch, self.max_branches)
         self._slot = KVSlot(self._kv, 0, self.max_branches, self.n_ctx)
         self._slot.shift_min = config.cache_reuse if self._kv.can_shift else 0  # KV shift
+        self._slot.shift_barrier = self.fim_suf()  # the code after the cursor never moves
         self.tokens_shifted = 0  # prompt tokens kept by moving their cells, since loading
-        # asked before each prefill chunk: True stops the prefill with Interrupted (a service
-        # whose client left mid-prompt frees the model within a chunk, not at the prompt's end)
+        # asked before each prefill chunk: True stops the prefill with Interrupted (a client left)
         self.interrupt: Callable[[], bool] | None = None
 
     def new_kv(self, n_seq_max: int, threads: int | None = None, unified: bool = True) -> KVContext:

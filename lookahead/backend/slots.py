@@ -34,7 +34,7 @@ import numpy as np
 from lookahead.backend.base import LogitRows
 from lookahead.backend.kv_cache import KVSlot
 from lookahead.backend.llama import LlamaBackend
-from lookahead.backend.prompt_reuse import choose_slot
+from lookahead.backend.prompt_reuse import barrier_at, choose_slot
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, ConfigError
@@ -72,8 +72,10 @@ class LlamaSlots:
         else:
             self._slots = [KVSlot(self._kv, k * (b + 1), b, self.slot_ctx) for k in range(slots)]
         self.shift_min = config.cache_reuse if self._kv.can_shift else 0  # KV shift (kv_cache.py), 0 = off
+        self.shift_barrier = backend.fim_suf()  # the code after an editor's cursor never moves
         for s in self._slots:
             s.shift_min = self.shift_min
+            s.shift_barrier = self.shift_barrier
         self._busy = [False] * slots
         self._last_use = [0] * slots  # when each slot was last taken (least recently used first)
         self._owner = [""] * slots  # whose request wrote each slot's cached cells (`acquire`)
@@ -129,7 +131,8 @@ class LlamaSlots:
         if not free:
             raise BackendError("every slot is in use")
         caches = [s.cache_tokens if self._owner[k] == owner else () for k, s in enumerate(self._slots)]
-        return choose_slot(caches, free, self._last_use, tokens, self.shift_min, gaps=not self.separate)
+        at = barrier_at(tokens, self.shift_barrier)
+        return choose_slot(caches, free, self._last_use, tokens, self.shift_min, gaps=not self.separate, barrier=at)
 
     def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
         """Take a free slot for a request whose committed prompt will be `tokens`: with
