@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from lookahead.core.draft import Draft
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
 
@@ -24,6 +26,7 @@ N_CTX = 2048
 QUESTION = "Write a Python function that returns the mean of a list of numbers."
 FOLLOW_UP = "Now make it return 0.0 for an empty list."
 GREEDY = {"temperature": 0.0, "max_tokens": 24}
+NEAR_TIE = 0.3  # logits; as tests/test_slots.py
 
 
 def loader(path: Path) -> Any:
@@ -104,12 +107,14 @@ def test_a_chat_s_next_turn_prefills_only_its_new_tokens(server: Running) -> Non
     assert decoded(server) - before == cold["usage"]["prompt_tokens"] - 1 + verified(cold)
 
 
-def test_greedy_output_with_the_cache_equals_a_cold_start(server: Running) -> None:
+def test_greedy_output_with_the_cache_equals_a_cold_start_up_to_a_near_tie(server: Running, smol_model: Any) -> None:
     """SmolLM2 writes the same greedy turn whether its history comes from the cache (cells
-    decoded one step at a time while the first reply was written) or from a cold prefill.
-    Not a guarantee: a cell's K/V depends on the batch it was decoded in (test_prompt_cache.py
-    shows the next logits moving), so a near tie could tip; on this conversation none does.
-    Exact mode does not rely on it: it starts cold (tested below)."""
+    decoded one step at a time while the first reply was written) or from a cold prefill,
+    or parts from it only where the two tokens' logits are within NEAR_TIE: a cell's K/V
+    depends on the batch it was decoded in (test_prompt_cache.py shows the next logits
+    moving), and on some CPUs' kernels batched and one-by-one logits differ by ~0.1, so a
+    near tie can tip. A stale or misplaced cell would part at a clear winner instead.
+    Exact mode does not rely on any of this: it starts cold (tested below)."""
     first, second = two_turns("List three prime numbers and explain why each is prime.")
     one = chat(server, first)
     messages = second(reply(one))
@@ -117,7 +122,24 @@ def test_greedy_output_with_the_cache_equals_a_cold_start(server: Running) -> No
     assert cached(warm) > 0
     cold = chat(server, messages, cache_prompt=False)
     assert cached(cold) == 0
-    assert reply(warm) == reply(cold)
+    if reply(warm) == reply(cold):
+        return
+    prompt = smol_model.prompt_tokens(messages, chat=True)
+    got, want = (smol_model.vocab.tokenize(reply(b), add_special=False) for b in (warm, cold))
+    k = next(i for i in range(min(len(got), len(want))) if got[i] != want[i])
+    assert abs(solo_logit_gap(smol_model, prompt + want[:k], want[k], got[k])) < NEAR_TIE, (k, got, want)
+
+
+def solo_logit_gap(model: Any, seq: list[int], token: int, other: int) -> float:
+    """Logit of `token` minus that of `other` after `seq`, from a cold prefill of it."""
+    b = model.backend
+    b.reset()
+    try:
+        b.prefill(np.asarray(seq[:-1], dtype=np.int32))
+        row = np.array(b.verify(seq[-1], Draft.empty())[0])
+    finally:
+        b.reset()
+    return float(row[token] - row[other])
 
 
 def test_exact_requests_never_use_the_cache(server: Running) -> None:

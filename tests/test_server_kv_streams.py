@@ -38,8 +38,9 @@ def test_four_concurrent_drafted_requests_each_equal_their_solo_plain_output(
 ) -> None:
     plain = DraftConfig(enabled=False)
     alone = {p: smol_model.generate(p, max_tokens=MAX_TOKENS, draft=plain).text for p in PROMPTS}
-    # --batch-total: the most drafts, so neighbours' rejected cells come and go the most
-    batch_total = DraftConfig(fairness_slack=None)
+    # --batch-total and a fixed K: the most drafts, so neighbours' rejected cells come and go
+    # the most, and drafts are verified whatever this machine's cost curve would advise
+    batch_total = DraftConfig(fairness_slack=None, adaptive=False, k=4)
     config = ServeConfig(
         model_id="smollm2-135m", parallel=4, kv_unified=False, shared_index=False, draft=batch_total
     )
