@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 
 from fastapi import Request
 
@@ -37,7 +38,7 @@ class Watch:
         self.clock = clock
         self.start = clock()  # when the request was queued
         self.first: float | None = None  # when the first token arrived
-        self.decode_start = self.start  # when the prefill ended
+        self.first_pass = 0.0  # the first verify step's seconds (it decoded the prompt's last token)
         self.text = ""  # what was written (cut where a stop fired)
         self.tokens: list[int] = []
         self.probs: list[TokenProbs] = []  # with n_probs: one per token
@@ -50,10 +51,12 @@ class Watch:
         now = self.clock()
         s = self.stats
         if self.first is None:
+            # llama.cpp's timings: the prompt's time runs until the first token is out (its
+            # last token's decode gave that token), the prediction's from there; the engine
+            # decodes that last token in its first verify step, so that step is the prompt's
             self.first = now
-            # the first step waited for the prefill, then drafted and verified once
-            self.decode_start = max(self.start, now - step.verify_s - step.draft_s)
-            s.prefill_s = self.decode_start - self.start
+            self.first_pass = min(step.verify_s + step.draft_s, now - self.start)
+            s.prefill_s = now - self.start
         self.tokens += step.tokens
         s.tokens_cached = step.tokens_cached
         self.probs += step.probs
@@ -61,7 +64,7 @@ class Watch:
         s.steps += 1
         s.drafted += step.drafted
         s.accepted += step.accepted
-        s.decode_s = now - self.decode_start
+        s.decode_s = now - self.first
         self.text += step.text
         self._check(timed="\n" in step.text, now=now)
         return self._new()
@@ -70,7 +73,11 @@ class Watch:
         """Take the engine's Result; the text still to hand out."""
         self.text = result.text
         self.tokens = list(result.tokens)
-        self.stats = result.stats
+        # the engine's times, with its first verify step moved to the prompt's (as in `step`)
+        first = min(self.first_pass, result.stats.decode_s)
+        self.stats = replace(
+            result.stats, prefill_s=result.stats.prefill_s + first, decode_s=result.stats.decode_s - first
+        )
         self._check(timed=False, now=self.clock())
         return self._new()
 
@@ -132,7 +139,7 @@ async def follow(
                     kind, word = stop_of(detokenize(result.tokens), result.text, stops, result.finish_reason)
                     truncated = result.context_full or (capped and result.finish_reason == "length")
                     probs = tuple(watch.probs[: len(result.tokens)])
-                    yield Outcome(result.text, list(result.tokens), result.stats, kind, word, truncated, probs)
+                    yield Outcome(result.text, list(result.tokens), watch.stats, kind, word, truncated, probs)
                     return
         raise APIError(503, "the generation was cancelled")
     finally:
