@@ -14,12 +14,14 @@ import json
 import os
 import platform
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from lookahead.backend import probe
 from lookahead.backend.llama import LlamaBackend
+from lookahead.tuning.cpuload import others_meter
 
 # Batch sizes t(n) is calibrated at: every size up to 20, where drafts mostly are, then a
 # sparser grid the controller interpolates. CPU matmul kernels work on blocks of columns,
@@ -27,13 +29,20 @@ from lookahead.backend.llama import LlamaBackend
 COST_SIZES = (*range(1, 21), 24, 28, 32, 40, 48, 64)
 # Part of the cost cache key: bump it when the measurement changes, so old tables are
 # measured again (v2: more sizes, interleaved rounds; v3: the context slope too; v4: the
-# fastest round, not the median; v5: every size up to 20).
-COST_VERSION = "v5"
+# fastest round, not the median; v5: every size up to 20; v6: none measured beside a busy
+# process, so a curve cached before, perhaps under load, is measured again).
+COST_VERSION = "v6"
 # The context slope: t(n) measured again with this many cells in the cache (or half the
 # context, if smaller), at these sizes.
 SLOPE_DEPTH = 1024
 SLOPE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 COST_CACHE = "costs.json"  # in the cache root, beside the models folder
+# A curve measured while other processes used this many of our CPUs or more, on average, is
+# used by this process only, never cached: a compiler or a test run beside the calibration
+# made one-token steps twice as dear and the context slope six times too steep here, and the
+# controller, pricing a verify of 2 tokens below one of 1 at a long context, drafted where
+# it lost a third of its speed, in every later process that read the cache.
+BUSY_CPUS = 0.3
 
 
 def cost_machine(threads: int) -> str:
@@ -52,9 +61,12 @@ def cost_key(b: LlamaBackend) -> str:
     return key
 
 
-def calibrated_costs(b: LlamaBackend, cache_root: Path) -> tuple[dict[int, float], dict[int, float]]:
+def calibrated_costs(
+    b: LlamaBackend, cache_root: Path, others: Callable[[], Callable[[], float | None]] = others_meter
+) -> tuple[dict[int, float], dict[int, float]]:
     """t(n) on an empty cache and the context slope, from the cache file in `cache_root` or
-    measured now (and then cached, unless implausible). Leaves `b`'s cache empty when it
+    measured now (and then cached, unless implausible or measured beside another busy
+    process: `others` starts a meter of their CPU use). Leaves `b`'s cache empty when it
     measures."""
     path = cache_root / COST_CACHE
     key = cost_key(b)
@@ -66,9 +78,12 @@ def calibrated_costs(b: LlamaBackend, cache_root: Path) -> tuple[dict[int, float
             raise ValueError("implausible cached cost curve")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         b.reset()
+        busy = others()
         costs = b.measure_cost(COST_SIZES, repeats=4)
         slope = measure_slope(b, costs)
-        if plausible(costs):  # one measured while something else ran is not kept
+        shared = busy()  # (None: unknown, kept as before)
+        # one measured while something else ran is not kept
+        if plausible(costs) and (shared is None or shared < BUSY_CPUS):
             store_costs(path, key, {"costs": costs, "slope": slope})
     return costs, slope
 

@@ -194,3 +194,29 @@ def cpu_load() -> CpuLoad | None:
     load = CpuLoad(read, len(cpus))
     load.sampler = Sampler(load)
     return load
+
+
+def others_meter(read: Callable[[], Reading | None] | None = None) -> Callable[[], float | None]:
+    """Start counting what other processes take of this process's CPUs: the function returned
+    gives the CPUs they used on average since (None where the kernel's count cannot be read,
+    as for `cpu_load`). For a measurement that must not be kept if it shared the machine.
+    `read`: the counters' reader (default: /proc/stat over our CPUs)."""
+    if read is None:
+        try:
+            cpus = frozenset(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            return lambda: None
+        quota = _quota_cpus()
+        if not cpus or (quota is not None and quota < len(cpus) - 0.5):
+            return lambda: None
+        read = proc_reader(cpus)
+    start = read()
+
+    def since() -> float | None:
+        now = read()
+        if start is None or now is None or now.wall <= start.wall:
+            return None
+        return max(0.0, ((now.busy - start.busy) - (now.own - start.own)) / (now.wall - start.wall))
+
+    return since
+
