@@ -30,12 +30,16 @@ COST_SIZES = (*range(1, 21), 24, 28, 32, 40, 48, 64)
 # Part of the cost cache key: bump it when the measurement changes, so old tables are
 # measured again (v2: more sizes, interleaved rounds; v3: the context slope too; v4: the
 # fastest round, not the median; v5: every size up to 20; v6: none measured beside a busy
-# process, so a curve cached before, perhaps under load, is measured again).
+# process, so a curve cached before, perhaps under load, is measured again, its context slope
+# at more sizes).
 COST_VERSION = "v6"
 # The context slope: t(n) measured again with this many cells in the cache (or half the
 # context, if smaller), at these sizes.
 SLOPE_DEPTH = 1024
-SLOPE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# Every size where the slope is not interpolated between its neighbours well: measured 1,600
+# cells deep on a 2-vCPU EPYC, interpolating from 1, 2, 4, 8, 16, 32 and 64 alone priced a
+# batch of 12 at 0.88 of its cost, one of 48 at 0.83, and the controller drafted too long.
+SLOPE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 COST_CACHE = "costs.json"  # in the cache root, beside the models folder
 # A curve measured while other processes used this many of our CPUs or more, on average, is
 # used by this process only, never cached: a compiler or a test run beside the calibration
