@@ -38,14 +38,14 @@ COST_VERSION = "v6"
 SLOPE_DEPTH = 1024
 # Every size where the slope is not interpolated between its neighbours well: measured 1,600
 # cells deep on a 2-vCPU EPYC, interpolating from 1, 2, 4, 8, 16, 32 and 64 alone priced a
-# batch of 12 at 0.88 of its cost, one of 48 at 0.83, and the controller drafted too long.
+# batch of 12 at 0.88 of its cost and one of 48 at 0.83 (within 5% at these sizes).
 SLOPE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 COST_CACHE = "costs.json"  # in the cache root, beside the models folder
 # A curve measured while other processes used this many of our CPUs or more, on average, is
 # used by this process only, never cached: a compiler or a test run beside the calibration
-# made one-token steps twice as dear and the context slope six times too steep here, and the
-# controller, pricing a verify of 2 tokens below one of 1 at a long context, drafted where
-# it lost a third of its speed, in every later process that read the cache.
+# made one-token steps twice as dear and the context slope six times too steep here: 1,500
+# cells deep it priced a verify of 2 tokens below one of 1, and the controller drafted at
+# twice as many steps as on an idle curve, in every later process that read the cache.
 BUSY_CPUS = 0.3
 
 
