@@ -66,6 +66,17 @@ class Run:
     round: int = 0
 
 
+def no_end(vocab: Any) -> tuple[tuple[int, float], ...]:
+    """A logit bias that bans every end token, so a request writes all its tokens."""
+    ends = {vocab.eot(), *(t for t in range(vocab.n_vocab) if vocab.is_eog(t))}
+    return tuple((t, float("-inf")) for t in sorted(ends))
+
+
+def llama_vim_sampling(seed: int, vocab: Any, bias: tuple[tuple[int, float], ...]) -> SamplingConfig:
+    """llama.vim's samplers: `top_k` 40, `top_p` 0.9, infill, no temperature step."""
+    return SamplingConfig(temperature=1.0, top_k=40, top_p=0.9, seed=seed, logit_bias=bias, infill=vocab)
+
+
 def places(lib: Path) -> list[tuple[str, str, str, list[Chunk]]]:
     out = []
     for name, others in FILES.items():
@@ -128,15 +139,14 @@ def main() -> None:
 
     model = load(args.model)
     vocab = model.vocab
-    ends = {vocab.eot(), *(t for t in range(vocab.n_vocab) if vocab.is_eog(t))}
-    banned = tuple((t, float("-inf")) for t in sorted(ends))
+    banned = no_end(vocab)
     lib = Path(sysconfig.get_paths()["stdlib"])
     runs: list[Run] = []
     todo = places(lib)[: args.places]
     for rnd in range(args.rounds):
         for i, (place, prefix, suffix, extra) in enumerate(todo):
             seed = 1000 * rnd + i
-            sampling = SamplingConfig(temperature=1.0, top_k=40, top_p=0.9, seed=seed, logit_bias=banned, infill=vocab)
+            sampling = llama_vim_sampling(seed, vocab, banned)
             order = (False, True) if (rnd + i) % 2 == 0 else (True, False)
             for drafts in order:
                 # the request's own sources are streams: fresh ones for each run

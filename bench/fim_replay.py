@@ -29,15 +29,12 @@ import statistics
 import sysconfig
 from pathlib import Path
 
-import numpy as np
-
-from bench.fim_drafts import places
-from bench.replay import TruthVerifier, _config
+from bench.fim_drafts import llama_vim_sampling, no_end, places
+from bench.replay import TruthVerifier, _config, modeled_clock
 from lookahead.api import load
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig, generate
-from lookahead.core.sampling import SamplingConfig
 from lookahead.server.fim import fim_tokens_and_sources
 
 OUTPUTS = Path(__file__).parent / "results" / "fim-sampled-outputs.json"
@@ -51,20 +48,14 @@ def requests(model, n_tokens):
         )
 
 
-def llama_vim_sampling(seed: int, banned, vocab) -> SamplingConfig:
-    """llama.vim's samplers (`top_k` 40, `top_p` 0.9, infill; no temperature step), end tokens banned."""
-    return SamplingConfig(temperature=1.0, top_k=40, top_p=0.9, seed=seed, logit_bias=banned, infill=vocab)
-
-
 def record(model, seeds: int, n_tokens: int) -> None:
     vocab = model.vocab
-    ends = {vocab.eot(), *(t for t in range(vocab.n_vocab) if vocab.is_eog(t))}
-    banned = tuple((t, float("-inf")) for t in sorted(ends))
+    banned = no_end(vocab)
     runs = []
     for place, make in requests(model, n_tokens):
         for seed in range(seeds):
             tokens, _ = make()
-            sampling = llama_vim_sampling(seed, banned, vocab)
+            sampling = llama_vim_sampling(seed, vocab, banned)
             plain = DraftConfig(enabled=False)
             r = model.generate("", tokens=tokens, sampling=sampling, max_tokens=n_tokens, draft=plain)
             runs.append({"place": place, "seed": seed, "tokens": r.tokens})
@@ -75,12 +66,8 @@ def record(model, seeds: int, n_tokens: int) -> None:
 def replay(model, config: DraftConfig, verbose: bool = False) -> list[float]:
     stored = json.loads(OUTPUTS.read_text())
     calibration = model.tuning.calibrate()
-    sizes = sorted(calibration)
     slope = model.tuning.cost_slope
-    base = CostModel(calibration, slope=slope)
-
-    def cost(n: int, cells: int = 0) -> float:
-        return float(np.interp(n, sizes, [calibration[k] for k in sizes])) * base.factor_at(n, cells)
+    cost = modeled_clock(calibration, slope)
 
     made = dict(requests(model, stored["tokens"]))
     state = model.drafting
@@ -117,13 +104,12 @@ def real(model) -> list[float]:
     stored = json.loads(OUTPUTS.read_text())
     made = dict(requests(model, stored["tokens"]))
     vocab = model.vocab
-    ends = {vocab.eot(), *(t for t in range(vocab.n_vocab) if vocab.is_eog(t))}
-    banned = tuple((t, float("-inf")) for t in sorted(ends))
+    banned = no_end(vocab)
     model.tuning.calibrate()
     model.drafting.controllers.clear()
     ratios = []
     for run in stored["runs"]:
-        sampling = llama_vim_sampling(run["seed"], banned, vocab)
+        sampling = llama_vim_sampling(run["seed"], vocab, banned)
         speed = {}
         for drafts in (False, True):
             prompt, sources = made[run["place"]]()

@@ -150,6 +150,19 @@ def _config(pairs: list[str]) -> DraftConfig:
     return replace(DraftConfig(), **values)
 
 
+def modeled_clock(calibration: dict[int, float], slope: dict[int, float]) -> Any:
+    """cost(n, cells): modeled seconds of a batch of n with `cells` in the cache, from the
+    calibrated curve and its context slope."""
+    sizes = sorted(calibration)
+    seconds = [calibration[k] for k in sizes]
+    base = CostModel(calibration, slope=slope)
+
+    def cost(n: int, cells: int = 0) -> float:
+        return float(np.interp(n, sizes, seconds)) * base.factor_at(n, cells)
+
+    return cost
+
+
 def replay(
     model: lookahead.Model, tasks: list[Task], truth: dict[str, list[int]], config: DraftConfig,
     *, oracle: bool, shared: bool, verbose: bool, curve: dict[int, float] | None = None,
@@ -158,14 +171,8 @@ def replay(
     calibration = model.tuning.calibrate()
     if curve:  # another machine's shape t(n)/t(1), at this machine's t(1)
         calibration = {n: calibration[1] * r for n, r in {1: 1.0, **curve}.items()}
-    sizes = sorted(calibration)
     slope = model.tuning.cost_slope if context else {}
-    base = CostModel(calibration, slope=slope)
-
-    def cost(n: int, cells: int = 0) -> float:
-        """Modeled seconds of a batch of n with `cells` in the cache (the context slope)."""
-        t = float(np.interp(n, sizes, [calibration[k] for k in sizes]))
-        return t * base.factor_at(n, cells)
+    cost = modeled_clock(calibration, slope)
 
     speedups: dict[str, list[float]] = {}
     for task in tasks:

@@ -81,6 +81,11 @@ def proc_reader(cpus: frozenset[int], stat: Path = Path("/proc/stat")) -> Callab
     return read
 
 
+def _between(first: Reading, second: Reading) -> float:
+    """CPUs other processes used on average from `first` to `second` (busy time not ours)."""
+    return max(0.0, ((second.busy - first.busy) - (second.own - first.own)) / (second.wall - first.wall))
+
+
 def _quota_cpus(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> float | None:
     """CPUs the cgroup v2 quota allows (None: no quota, or no cgroup v2)."""
     try:
@@ -126,10 +131,9 @@ class CpuLoad:
             if now is None:
                 return None
             base = self._ring[0]  # the newest reading at least `window` old, if there is one
-        dt = now.wall - base.wall
-        if dt < self.window / 2:  # only in the first moments, or after an unreadable one
+        if now.wall - base.wall < self.window / 2:  # only in the first moments, or after an unreadable one
             return None
-        return max(0.0, ((now.busy - base.busy) - (now.own - base.own)) / dt)
+        return _between(base, now)
 
     def now(self, seconds: float = CONFIRM) -> float | None:
         """CPUs other processes use over the next `seconds` (blocking): what a request about
@@ -141,8 +145,7 @@ class CpuLoad:
         second = self._read()
         if first is None or second is None or second.wall - first.wall < seconds / 2:
             return None
-        dt = second.wall - first.wall
-        return max(0.0, ((second.busy - first.busy) - (second.own - first.own)) / dt)
+        return _between(first, second)
 
     def _keep(self, now: Reading | None) -> None:
         """Append `now`; drop readings the window no longer needs (an unreadable moment
@@ -179,14 +182,23 @@ def _sample(ref: weakref.ref[CpuLoad], period: float, stop: threading.Event) -> 
         del load  # no strong reference while waiting: the load may be collected meanwhile
 
 
-def cpu_load() -> CpuLoad | None:
-    """The probe for this process's CPUs, or None where it cannot see them (see above)."""
+def _our_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on, or None where their counts do not tell what limits
+    us (not Linux, or a cgroup quota smaller than them; see above)."""
     try:
         cpus = frozenset(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return None
     quota = _quota_cpus()
     if not cpus or (quota is not None and quota < len(cpus) - 0.5):
+        return None
+    return cpus
+
+
+def cpu_load() -> CpuLoad | None:
+    """The probe for this process's CPUs, or None where it cannot see them (see above)."""
+    cpus = _our_cpus()
+    if cpus is None:
         return None
     read = proc_reader(cpus)
     if read() is None:
@@ -202,12 +214,8 @@ def others_meter(read: Callable[[], Reading | None] | None = None) -> Callable[[
     as for `cpu_load`). For a measurement that must not be kept if it shared the machine.
     `read`: the counters' reader (default: /proc/stat over our CPUs)."""
     if read is None:
-        try:
-            cpus = frozenset(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            return lambda: None
-        quota = _quota_cpus()
-        if not cpus or (quota is not None and quota < len(cpus) - 0.5):
+        cpus = _our_cpus()
+        if cpus is None:
             return lambda: None
         read = proc_reader(cpus)
     start = read()
@@ -216,7 +224,7 @@ def others_meter(read: Callable[[], Reading | None] | None = None) -> Callable[[
         now = read()
         if start is None or now is None or now.wall <= start.wall:
             return None
-        return max(0.0, ((now.busy - start.busy) - (now.own - start.own)) / (now.wall - start.wall))
+        return _between(start, now)
 
     return since
 
