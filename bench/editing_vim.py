@@ -3,6 +3,8 @@
     python -m bench.editing_vim --llama-server PATH          # 4 sessions, 64 requests per server
     python -m bench.editing_vim --quick --llama-server PATH  # one session of 2 lines, a smoke run
     python -m bench.editing_vim --servers lookahead          # lookahead serve alone
+    python -m bench.editing_vim --servers lookahead,llama-server,lookahead-plain --llama-server PATH
+                                                             # and `serve --no-spec` beside them
 
 What an editor with llama.vim (default settings, `bench/vim_session.py`) sends while a person
 writes new lines into a file of Python's standard library: at each new line, a quick request
@@ -58,7 +60,7 @@ FILES = {
     "argparse.py": ("optparse.py", "getopt.py"),
     "asyncio/base_events.py": ("asyncio/events.py", "asyncio/selector_events.py"),
 }
-SERVERS = ("lookahead", "llama-server")
+SERVERS = ("lookahead", "llama-server", "lookahead-plain")  # lookahead-plain: `serve --no-spec`
 LLAMA_VIM_FLAGS = ["-ub", "1024", "-b", "1024", "--ctx-size", "0", "--cache-reuse", "256"]
 BEFORE_LINE, PAST_LINE = 160, 600  # where the two sessions of a file look for a function body
 
@@ -256,7 +258,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.editing_vim", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a model name of `lookahead models list`")
     p.add_argument("--llama-server", type=Path, default=None, help="llama.cpp's llama-server binary")
-    p.add_argument("--servers", default=",".join(SERVERS), help=f"comma list of {', '.join(SERVERS)}")
+    p.add_argument("--servers", default="lookahead,llama-server", help=f"comma list of {', '.join(SERVERS)}")
     p.add_argument("--files", default=",".join(FILES), help="files of Python's standard library, comma list")
     p.add_argument("--lines", type=int, default=8, help="new lines written per session")
     p.add_argument("--extra", type=int, default=2, help="ring chunks (other files opened before)")
@@ -272,8 +274,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def commands(names: list[str], args: argparse.Namespace, model: Path, threads: int) -> dict[str, list[str]]:
     out = {}
     for name in names:
-        if name == "lookahead":
-            out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model,
+        if name.startswith("lookahead"):
+            plain = ["--no-spec"] if name == "lookahead-plain" else []
+            out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model, *plain,
                          *shlex.split(args.lookahead_args)]  # fmt: skip
         elif args.llama_server is None:
             raise SystemExit("llama-server needs --llama-server PATH (a llama-server binary)")

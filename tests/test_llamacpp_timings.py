@@ -29,11 +29,27 @@ def test_the_first_verify_step_counts_as_the_prompts_time() -> None:
     for _ in range(4):  # four more tokens, 40 ms each
         clock.t += 0.04
         watch.step(step([2], "b", verify_s=0.04))
-    t = timings(watch.stats, prompt_n=300)
+    t = timings(watch.stats, prompt_n=300, first_tokens=watch.first_tokens)
     assert abs(t["prompt_ms"] - 1030.0) < 1e-6
     assert abs(t["predicted_ms"] - 160.0) < 1e-6
     assert t["predicted_n"] == 5
-    assert abs(t["predicted_per_second"] - 5 / 0.16) < 1e-6
+    # llama-server's rate: the tokens written in predicted_ms, not the first (the prompt's)
+    assert abs(t["predicted_per_second"] - 4 / 0.16) < 1e-6
+    assert abs(t["predicted_per_token_ms"] - 40.0) < 1e-6
+
+
+def test_drafted_tokens_of_the_first_step_are_not_counted_in_the_decode_rate() -> None:
+    clock = Clock()
+    watch = Watch(clock=clock)
+    clock.t += 0.5
+    watch.step(step([1, 2, 3], "abc", verify_s=0.05))  # the first step accepted two drafted tokens
+    clock.t += 0.1
+    watch.step(step([4, 5], "de", verify_s=0.1))
+    out = watch.outcome("limit")
+    assert out.first_tokens == 3 and out.tokens == [1, 2, 3, 4, 5]
+    t = timings(out.stats, prompt_n=10, first_tokens=out.first_tokens)
+    assert t["predicted_n"] == 5
+    assert abs(t["predicted_per_second"] - 2 / 0.1) < 1e-6
 
 
 def test_a_finished_generation_moves_its_first_step_the_same_way() -> None:

@@ -39,6 +39,7 @@ class Watch:
         self.start = clock()  # when the request was queued
         self.first: float | None = None  # when the first token arrived
         self.first_pass = 0.0  # the first verify step's seconds (it decoded the prompt's last token)
+        self.first_tokens = 0  # the tokens that step wrote: the prompt's, as llama.cpp counts its first
         self.text = ""  # what was written (cut where a stop fired)
         self.tokens: list[int] = []
         self.probs: list[TokenProbs] = []  # with n_probs: one per token
@@ -56,6 +57,7 @@ class Watch:
             # decodes that last token in its first verify step, so that step is the prompt's
             self.first = now
             self.first_pass = min(step.verify_s + step.draft_s, now - self.start)
+            self.first_tokens = len(step.tokens)
             s.prefill_s = now - self.start
         self.tokens += step.tokens
         s.tokens_cached = step.tokens_cached
@@ -80,6 +82,20 @@ class Watch:
         )
         self._check(timed=False, now=self.clock())
         return self._new()
+
+    def outcome(
+        self,
+        stop_type: str,
+        word: str = "",
+        truncated: bool = False,
+        probs: tuple[TokenProbs, ...] = (),
+        text: str | None = None,
+        tokens: Sequence[int] | None = None,
+    ) -> Outcome:
+        """How the generation ended: what was written (or the engine's `text`/`tokens`)."""
+        text = self.text if text is None else text
+        tokens = self.tokens if tokens is None else list(tokens)
+        return Outcome(text, tokens, self.stats, stop_type, word, truncated, probs, first_tokens=self.first_tokens)
 
     def _check(self, *, timed: bool, now: float) -> None:
         cut = indent_cut(self.text, self.n_indent)
@@ -126,7 +142,7 @@ async def follow(
                     if text or item.tokens:
                         yield text, list(item.tokens), item.probs
                     if watch.stopped:
-                        yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
+                        yield watch.outcome("limit", probs=tuple(watch.probs))
                         return
                 elif isinstance(item, Done):
                     result = item.result
@@ -134,12 +150,12 @@ async def follow(
                     if text:
                         yield text, [], ()
                     if watch.stopped:
-                        yield Outcome(watch.text, watch.tokens, watch.stats, "limit", probs=tuple(watch.probs))
+                        yield watch.outcome("limit", probs=tuple(watch.probs))
                         return
                     kind, word = stop_of(detokenize(result.tokens), result.text, stops, result.finish_reason)
                     truncated = result.context_full or (capped and result.finish_reason == "length")
                     probs = tuple(watch.probs[: len(result.tokens)])
-                    yield Outcome(result.text, list(result.tokens), watch.stats, kind, word, truncated, probs)
+                    yield watch.outcome(kind, word, truncated, probs, text=result.text, tokens=result.tokens)
                     return
         raise APIError(503, "the generation was cancelled")
     finally:

@@ -32,6 +32,9 @@ class Outcome:
     stopping_word: str = ""
     truncated: bool = False  # the context ran out
     probs: tuple[TokenProbs, ...] = ()  # with n_probs: one per token
+    # tokens written by the step that decoded the prompt's last token: the prompt's time,
+    # not the prediction's (llama.cpp's first token comes with the prompt, its rate leaves it out)
+    first_tokens: int = 0
 
 
 def stop_of(full_text: str, text: str, stops: Sequence[str], finish_reason: str) -> tuple[str, str]:
@@ -73,11 +76,14 @@ def progress_json(progress: Progress) -> dict[str, int]:
     }
 
 
-def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
-    """llama.cpp's `timings` object (times in milliseconds, rates per second)."""
+def timings(stats: Stats, prompt_n: int, cache_n: int = 0, first_tokens: int = 0) -> dict[str, Any]:
+    """llama.cpp's `timings` object (times in milliseconds, rates per second). The rate
+    counts the tokens written in `predicted_ms`: all but the `first_tokens` that came with
+    the prompt's time (llama-server's: all but its first)."""
     prompt_ms = stats.prefill_s * 1e3
     predicted_ms = stats.decode_s * 1e3
     n = stats.n_tokens
+    n_gen = max(n - first_tokens, 0)
     return {
         "cache_n": cache_n,
         "prompt_n": prompt_n,
@@ -86,8 +92,8 @@ def timings(stats: Stats, prompt_n: int, cache_n: int = 0) -> dict[str, Any]:
         "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
         "predicted_n": n,
         "predicted_ms": predicted_ms,
-        "predicted_per_token_ms": predicted_ms / n if n else 0.0,
-        "predicted_per_second": 1e3 * n / predicted_ms if predicted_ms > 0 else 0.0,
+        "predicted_per_token_ms": predicted_ms / n_gen if n_gen else 0.0,
+        "predicted_per_second": 1e3 * n_gen / predicted_ms if predicted_ms > 0 else 0.0,
         "draft_n": stats.drafted,
         "draft_n_accepted": stats.accepted,
     }
@@ -155,7 +161,7 @@ class NativeShape:
             "stopping_word": out.stopping_word,
             # prompt tokens whose KV cells were reused from an earlier request (the prompt cache)
             "tokens_cached": cache_n,
-            "timings": timings(out.stats, self.n_prompt - cache_n, cache_n),
+            "timings": timings(out.stats, self.n_prompt - cache_n, cache_n, out.first_tokens),
         }
         if out.probs and not streamed and self.piece is not None:
             body["completion_probabilities"] = probs_json(out.probs, self.piece)
