@@ -207,6 +207,30 @@ def test_a_deep_cache_shortens_the_draft() -> None:
     assert 0 < deep < shallow
 
 
+def test_batches_that_run_over_the_curve_raise_every_batch_size() -> None:
+    """Deep in a long prompt batches ran 20% over the calibrated curve while one-token steps
+    ran as calibrated: after a few such steps every batch size is priced higher, sizes never
+    verified as well (each size alone is seen too rarely to catch up); t(1) stays."""
+    cal = {s: 0.01 * DEFAULT_SHAPE[s] for s in SIZES}
+    base = CostModel(cal)
+    cost = CostModel(cal)
+    for size in (2, 8, 4, 16, 8, 2, 4, 16):
+        cost.observe(1, 0.01)
+        cost.observe(size, 1.2 * base.seconds(size))
+    assert cost.seconds(1) == pytest.approx(0.01)
+    assert cost.batch == pytest.approx(1.2)
+    for size in (24, 32, 64):  # never verified
+        assert cost.seconds(size) == pytest.approx(1.2 * base.seconds(size), rel=0.02)
+    for size in (2, 16):  # verified: within a few percent, not 1.2 twice over
+        assert cost.seconds(size) == pytest.approx(1.2 * base.seconds(size), rel=0.06)
+    assert cost.measured[16] == pytest.approx(cost.seconds(16))
+    for _ in range(16):  # batches back on the curve: the factor follows
+        cost.observe(1, 0.01)
+        cost.observe(8, base.seconds(8))
+    assert cost.batch == pytest.approx(1.0, rel=1e-3)
+    assert cost.seconds(64) == pytest.approx(base.seconds(64), rel=0.02)
+
+
 def test_cost_learns_robustly() -> None:
     cost = CostModel({1: 0.01, 8: 0.04})
     cost.observe(1, 1.0)  # a stall: moves the estimate, but at most halfway to 2x
