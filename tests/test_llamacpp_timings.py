@@ -74,3 +74,21 @@ def test_one_token_is_all_prompt_time() -> None:
     t = timings(watch.stats, prompt_n=10)
     assert t["predicted_ms"] == 0.0 and t["predicted_per_second"] == 0.0
     assert abs(t["prompt_ms"] - 200.0) < 1e-6
+
+
+def test_an_end_token_counts_in_the_rate_as_llama_server_counts_it() -> None:
+    clock = Clock()
+    watch = Watch(clock=clock)
+    clock.t += 0.5
+    watch.step(step([1], "a", verify_s=0.03))
+    clock.t += 0.04
+    watch.step(step([2], "b", verify_s=0.04))
+    clock.t += 0.04
+    watch.step(step([], "", verify_s=0.04))  # the model wrote its end token: no text, a step's time
+    out = watch.outcome("eos")
+    assert out.tokens == [1, 2]
+    t = timings(out.stats, prompt_n=10, first_tokens=out.first_tokens, end_token=True)
+    assert t["predicted_n"] == 2
+    assert abs(t["predicted_per_second"] - 2 / 0.08) < 1e-6  # token 2 and the end token
+    cut = timings(out.stats, prompt_n=10, first_tokens=out.first_tokens)
+    assert abs(cut["predicted_per_second"] - 1 / 0.08) < 1e-6

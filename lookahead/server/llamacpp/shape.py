@@ -76,14 +76,18 @@ def progress_json(progress: Progress) -> dict[str, int]:
     }
 
 
-def timings(stats: Stats, prompt_n: int, cache_n: int = 0, first_tokens: int = 0) -> dict[str, Any]:
+def timings(
+    stats: Stats, prompt_n: int, cache_n: int = 0, first_tokens: int = 0, end_token: bool = False
+) -> dict[str, Any]:
     """llama.cpp's `timings` object (times in milliseconds, rates per second). The rate
-    counts the tokens written in `predicted_ms`: all but the `first_tokens` that came with
-    the prompt's time (llama-server's: all but its first)."""
+    counts the tokens written in `predicted_ms`, as llama-server counts them: all but the
+    `first_tokens` that came with the prompt's time, and with `end_token` the end of
+    generation the model wrote last (its step is in `predicted_ms`; llama-server counts it
+    as a token, the text leaves it out)."""
     prompt_ms = stats.prefill_s * 1e3
     predicted_ms = stats.decode_s * 1e3
     n = stats.n_tokens
-    n_gen = max(n - first_tokens, 0)
+    n_gen = max(n - first_tokens + (1 if end_token and n else 0), 0)
     return {
         "cache_n": cache_n,
         "prompt_n": prompt_n,
@@ -161,7 +165,9 @@ class NativeShape:
             "stopping_word": out.stopping_word,
             # prompt tokens whose KV cells were reused from an earlier request (the prompt cache)
             "tokens_cached": cache_n,
-            "timings": timings(out.stats, self.n_prompt - cache_n, cache_n, out.first_tokens),
+            "timings": timings(
+                out.stats, self.n_prompt - cache_n, cache_n, out.first_tokens, end_token=out.stop_type == "eos"
+            ),
         }
         if out.probs and not streamed and self.piece is not None:
             body["completion_probabilities"] = probs_json(out.probs, self.piece)
