@@ -92,3 +92,19 @@ def test_an_end_token_counts_in_the_rate_as_llama_server_counts_it() -> None:
     assert abs(t["predicted_per_second"] - 2 / 0.08) < 1e-6  # token 2 and the end token
     cut = timings(out.stats, prompt_n=10, first_tokens=out.first_tokens)
     assert abs(cut["predicted_per_second"] - 1 / 0.08) < 1e-6
+
+
+def test_past_the_time_budget_a_step_of_several_lines_is_cut_at_its_first_newline() -> None:
+    """llama.cpp writes one token at a time and stops at the first newline past
+    `t_max_predict_ms`; a draft accepted whole writes several lines in one step, all of them
+    past the budget when the step ended past it: the answer ends at its first newline."""
+    clock = Clock()
+    watch = Watch(t_max_predict_ms=100, clock=clock)
+    clock.t += 0.5
+    assert watch.step(step([1], "x = 1", verify_s=0.03)) == "x = 1"
+    clock.t += 0.05  # within the budget: every line of the step is kept
+    assert watch.step(step([2, 3, 4], "\ny = 2\nz", verify_s=0.05)) == "\ny = 2\nz"
+    assert not watch.stopped
+    clock.t += 0.1  # past it
+    assert watch.step(step([5, 6, 7, 8], " = 3\nw = 4\n", verify_s=0.1)) == " = 3\n"
+    assert watch.stopped and watch.outcome("limit").text == "x = 1\ny = 2\nz = 3\n"

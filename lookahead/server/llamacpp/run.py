@@ -67,8 +67,9 @@ class Watch:
         s.drafted += step.drafted
         s.accepted += step.accepted
         s.decode_s = now - self.first
+        start = len(self.text)
         self.text += step.text
-        self._check(timed="\n" in step.text, now=now)
+        self._check(timed="\n" in step.text, now=now, start=start)
         return self._new()
 
     def finish(self, result: Result) -> str:
@@ -97,14 +98,19 @@ class Watch:
         tokens = self.tokens if tokens is None else list(tokens)
         return Outcome(text, tokens, self.stats, stop_type, word, truncated, probs, first_tokens=self.first_tokens)
 
-    def _check(self, *, timed: bool, now: float) -> None:
+    def _check(self, *, timed: bool, now: float, start: int = 0) -> None:
         cut = indent_cut(self.text, self.n_indent)
         if cut is not None:
             self.text = self.text[: max(cut, self.sent)]
             self.stopped = True
         elif timed and self.t_max_predict_ms > 0 and self.first is not None:
-            # llama.cpp: once past the budget, stop where a newline was just written
+            # llama.cpp: once past the budget, stop where a newline was just written. Every
+            # token of a step came out at its end, past the budget if the step ended past it:
+            # the answer ends at the step's first newline, where llama.cpp, writing them one
+            # by one, would have stopped (a draft accepted whole can hold several lines)
             self.stopped = (now - self.first) * 1e3 > self.t_max_predict_ms
+            if self.stopped:
+                self.text = self.text[: self.text.index("\n", max(start, self.sent)) + 1]
 
     def _new(self) -> str:
         new = self.text[self.sent :]
