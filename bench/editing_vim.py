@@ -3,8 +3,8 @@
     python -m bench.editing_vim --llama-server PATH          # 4 sessions, 64 requests per server
     python -m bench.editing_vim --quick --llama-server PATH  # one session of 2 lines, a smoke run
     python -m bench.editing_vim --servers lookahead          # lookahead serve alone
-    python -m bench.editing_vim --servers lookahead,llama-server,lookahead-plain --llama-server PATH
-                                                             # and `serve --no-spec` beside them
+    python -m bench.editing_vim --servers lookahead,llama-server,lookahead-no-idle --llama-server PATH
+                                                             # and `serve --idle-tokens 0` beside them
 
 What an editor with llama.vim (default settings, `bench/vim_session.py`) sends while a person
 writes new lines into a file of Python's standard library: at each new line, a quick request
@@ -15,10 +15,17 @@ sampling (`top_k` 40, `top_p` 0.9, samplers `top_k, top_p, infill`; a seed per n
 same on every server) and `cache_prompt`; the ring's `n_predict: 0` request as each chunk
 enters it. Each file is typed into twice: in a function body before line 256 and in one well
 past it, where the 256-line prefix window slides by a line at every new line. Each server's
-follow-up is built from its own quick suggestion, as the editor would build it.
+follow-up is built from its own quick suggestion, as the editor would build it. Then (`--accept
+N`, default 1) the person accepts the suggestion with Tab `--gap` seconds after it was shown
+(default 1.0): llama.vim shows the follow-up's suggestion from its cache and sends the next
+follow-up, which assumes that one accepted too (kind `accepted`); N times. The next new line
+is typed into the file as it really is (what was accepted is not kept).
 
-The servers, each a process of its own on loopback, interleaved request by request (the order
-rotates at every new line): `lookahead serve` with its default flags (`--lookahead-args` to add
+The servers, each a process of its own on loopback, take turns at each new line (the order
+rotates): one server's requests of that line, as the editor sends them, then, once that
+server is quiet (`lookahead serve` may work while idle: it is waited for, so that work never
+runs beside another server's request), the next server's. `lookahead serve` with its default
+flags (`--lookahead-args` to add
 some) and `llama-server` with the flags llama.vim's documentation recommends (`-ub 1024 -b 1024
 --ctx-size 0 --cache-reuse 256`) and the same threads (`--threads`, default every usable CPU).
 
@@ -60,9 +67,14 @@ FILES = {
     "argparse.py": ("optparse.py", "getopt.py"),
     "asyncio/base_events.py": ("asyncio/events.py", "asyncio/selector_events.py"),
 }
-SERVERS = ("lookahead", "llama-server", "lookahead-plain")  # lookahead-plain: `serve --no-spec`
+# lookahead-plain: `serve --no-spec`; lookahead-no-idle: `serve --idle-tokens 0`
+SERVERS = ("lookahead", "llama-server", "lookahead-plain", "lookahead-no-idle")
 LLAMA_VIM_FLAGS = ["-ub", "1024", "-b", "1024", "--ctx-size", "0", "--cache-reuse", "256"]
 BEFORE_LINE, PAST_LINE = 160, 600  # where the two sessions of a file look for a function body
+# quick: at a new line; follow-up: sent with its suggestion assumed accepted; accepted: sent
+# once the person accepted it (Tab), assuming the follow-up's suggestion accepted too
+KINDS = ("quick", "follow-up", "accepted")
+QUIET_LIMIT = 30.0  # seconds a server's idle work may take before the next server's request
 
 
 @dataclass
@@ -72,7 +84,7 @@ class Record:
     server: str
     session: str
     line: int  # the new line's index in the session
-    kind: str  # quick | follow-up
+    kind: str  # one of KINDS
     past: bool  # the cursor past line 256 (the prefix window slides)
     wall_s: float
     prefilled: int  # timings.prompt_n
@@ -143,33 +155,76 @@ def measure(srv: Server, body: dict[str, Any], s: VimSession, line: int, kind: s
     )  # fmt: skip
 
 
-def new_line(servers: list[Server], s: VimSession, i: int, nl: NewLine, seed: int) -> list[Record]:
-    """The quick request on every server, then every server's follow-up (built from its own
-    suggestion), in the order given."""
+def accept(buf: list[str], y: int, prev: list[str]) -> tuple[list[str], int, int]:
+    """The buffer once the suggestion `prev` (shown at the end of line `y`) is accepted with
+    Tab, and the cursor after it (llama#fim_accept: the first line joins the cursor line,
+    the others are inserted below it)."""
+    lines = [buf[y] + prev[0], *prev[1:]]
+    out = buf[:y] + lines + buf[y + 1 :]
+    y2 = y + len(lines) - 1
+    return out, y2, len(out[y2])
+
+
+def quiet(srv: Server, limit: float = QUIET_LIMIT) -> None:
+    """Wait until `srv` does no work while idle (lookahead's `lookahead_idle_work` gauge; a
+    server without it is quiet once it answered), so it never runs beside another server's
+    request: each server's idle time is its own."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            text = httpx.get(srv.url + "/metrics", timeout=5).text
+        except httpx.HTTPError:
+            return
+        if "lookahead_idle_work 1" not in text:
+            return
+        time.sleep(0.05)
+
+
+def new_line(servers: list[Server], s: VimSession, i: int, nl: NewLine, seed: int, accepts: int,
+             gap: float) -> list[Record]:  # fmt: skip
+    """On each server in the order given, as the editor sends them: the quick request, at
+    once its follow-up (built from its own suggestion), then, `accepts` times, after `gap`
+    seconds (the person reads the suggestion and accepts it with Tab) the next follow-up,
+    which assumes the follow-up's suggestion accepted too. Then the server is left until it
+    is quiet (the person types the next line)."""
     quick_ctx = ctx_local(nl.buf, nl.y, nl.x)
     quick = fim_body(quick_ctx, s.extra, quick=True, seed=seed)
-    firsts = [measure(srv, quick, s, i, "quick", 0) for srv in servers]
-    out = list(firsts)
-    for srv, first in zip(servers, firsts, strict=True):
-        prev, _ = render(first.content, nl.buf, nl.y, nl.x)
+    out = []
+    for srv in servers:
+        first = measure(srv, quick, s, i, "quick", 0)
+        prev, ok = render(first.content, nl.buf, nl.y, nl.x)
         ctx = ctx_local(nl.buf, nl.y, nl.x, prev, indent_last=quick_ctx.indent)
-        out.append(measure(srv, fim_body(ctx, s.extra, quick=False, seed=seed), s, i, "follow-up", len(prev)))
+        last = measure(srv, fim_body(ctx, s.extra, quick=False, seed=seed), s, i, "follow-up", len(prev))
+        out += [first, last]
+        buf, y = nl.buf, nl.y
+        for _ in range(accepts):
+            if not ok:
+                break  # nothing to accept
+            buf, y, x = accept(buf, y, prev)
+            time.sleep(gap)
+            prev, ok = render(last.content, buf, y, x)
+            ctx = ctx_local(buf, y, x, prev, indent_last=quick_ctx.indent)
+            last = measure(srv, fim_body(ctx, s.extra, quick=False, seed=seed), s, i, "accepted", len(prev))
+            out.append(last)
+        quiet(srv)
     return out
 
 
-def run(servers: list[Server], plan: list[VimSession], log: Any, deadline: float) -> tuple[list[Record], bool]:
+def run(servers: list[Server], plan: list[VimSession], log: Any, deadline: float, accepts: int = 0,
+        gap: float = 1.0) -> tuple[list[Record], bool]:  # fmt: skip
     records: list[Record] = []
     turn = 0
     for s in plan:
         for k in range(1, len(s.extra) + 1):  # the ring fills as the other files are opened
             for srv in servers:
                 post(srv, ring_body(s.extra[:k]))
+                quiet(srv)
         for i, nl in enumerate(s.new_lines()):
             if records and time.monotonic() > deadline:
                 return records, True
             order = servers[turn % len(servers) :] + servers[: turn % len(servers)]
             turn += 1
-            got = new_line(order, s, i, nl, seed=1000 * turn + i)
+            got = new_line(order, s, i, nl, 1000 * turn + i, accepts, gap)
             records += got
             for r in got:
                 log(f"{r.session} #{i} {r.kind:9s} {r.server:12s} {r.wall_s * 1e3:7.0f} ms  prefilled {r.prefilled:5d} "
@@ -178,7 +233,7 @@ def run(servers: list[Server], plan: list[VimSession], log: Any, deadline: float
 
 
 def groups(records: list[Record]) -> list[tuple[str, bool]]:
-    return [(k, p) for k in ("quick", "follow-up") for p in (False, True) if any(
+    return [(k, p) for k in KINDS for p in (False, True) if any(
         r.kind == k and r.past == p for r in records)]  # fmt: skip
 
 
@@ -223,10 +278,13 @@ def markdown(out: dict[str, Any]) -> str:
         f"Servers: {'; '.join(f'`{c}`' for c in out['commands'].values())}. llama-server build: "
         f"{out['llama_server_version'] or '-'}.", "",
         f"{len(out['sessions'])} sessions, {a['lines']} new lines each: at each, llama.vim's quick request "
-        "(`t_max_predict_ms` 250) and its follow-up (the suggestion assumed accepted, 1000), "
-        "256 lines above the cursor, 64 below, sampled (`top_k` 40, `top_p` 0.9), interleaved request by "
-        "request. Medians per request: wall time the editor waits, prompt tokens prefilled and reused "
-        "from the cache, decode speed (tokens/s, requests of 2 tokens or more).", "",
+        "(`t_max_predict_ms` 250) and at once its follow-up (the suggestion assumed accepted, 1000), "
+        f"then {a.get('accept', 0)} time(s) the suggestion accepted with Tab {a.get('gap', 0):.1f} s after it "
+        "was shown and the next follow-up (`accepted`); 256 lines above the cursor, 64 below, sampled "
+        "(`top_k` 40, `top_p` 0.9); the servers take turns at each new line, each left until it is "
+        "quiet before the next one's request. Medians per request: wall time the editor waits, prompt "
+        "tokens prefilled and reused from the cache, decode speed (tokens/s, requests of 2 tokens or "
+        "more).", "",
         "| requests | server | n | wall p50 (s) | prefilled p50 | cached p50 | decode tok/s p50 | drafts accepted |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]  # fmt: skip
@@ -261,6 +319,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--servers", default="lookahead,llama-server", help=f"comma list of {', '.join(SERVERS)}")
     p.add_argument("--files", default=",".join(FILES), help="files of Python's standard library, comma list")
     p.add_argument("--lines", type=int, default=8, help="new lines written per session")
+    p.add_argument("--accept", type=int, default=1,
+                   help="follow-ups accepted with Tab at each new line (each sends the next follow-up)")
+    p.add_argument("--gap", type=float, default=1.0, help="seconds between a suggestion shown and Tab")
     p.add_argument("--extra", type=int, default=2, help="ring chunks (other files opened before)")
     p.add_argument("--threads", type=int, default=0, help="llama-server's threads (0: every usable CPU)")
     p.add_argument("--lookahead-args", default="", help="flags added to `lookahead serve` (e.g. '-t 2')")
@@ -275,7 +336,7 @@ def commands(names: list[str], args: argparse.Namespace, model: Path, threads: i
     out = {}
     for name in names:
         if name.startswith("lookahead"):
-            plain = ["--no-spec"] if name == "lookahead-plain" else []
+            plain = {"lookahead-plain": ["--no-spec"], "lookahead-no-idle": ["--idle-tokens", "0"]}.get(name, [])
             out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model, *plain,
                          *shlex.split(args.lookahead_args)]  # fmt: skip
         elif args.llama_server is None:
@@ -325,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
             srv.wait_ready(600)
             post(srv, {"input_prefix": "def add(a, b):\n", "input_suffix": "\n", "n_predict": 8})  # burn-in
             log(f"{srv.name} ready")
-        records, cut = run(servers, plan, log, t_start + args.time_limit)
+        records, cut = run(servers, plan, log, t_start + args.time_limit, args.accept, args.gap)
     finally:
         for srv in servers:
             srv.stop()

@@ -244,6 +244,17 @@ CacheReuseOption = Annotated[
         "start's, not identical; --exact requests always start cold.",
     ),
 ]
+IDLE_TOKENS = 64  # serve's default: tokens written while idle for a guessed next request
+IdleTokensOption = Annotated[
+    int,
+    typer.Option(
+        "--idle-tokens",
+        help="After a fill-in-the-middle answer that a limit ended (an editor's time budget), "
+        "while no request waits: read the prompt of the request that assumes it accepted (the "
+        "editor's usual next one) into the cache and write up to N tokens of it, drafts for that "
+        "request when it comes; any request stops this at once. Costs CPU while idle; 0 = off.",
+    ),
+]
 
 # llama-server's server-wide flags, with its names: defaults for requests that leave a field out
 AliasOption = Annotated[

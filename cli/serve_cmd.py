@@ -152,6 +152,7 @@ def run_serve(
     chat_template: str | None = None,
     cache_reuse: int = 0,
     batch_size: int = 2048,
+    idle_tokens: int = 0,
 ) -> int:
     import uvicorn
 
@@ -170,6 +171,8 @@ def run_serve(
         raise ConfigError(f"--threads must be >= 0 (0 = all available), got {threads}")
     if batch_size < 64:
         raise ConfigError(f"--batch-size must be >= 64, got {batch_size}")
+    if idle_tokens < 0:
+        raise ConfigError(f"--idle-tokens must be >= 0 (0 = off), got {idle_tokens}")
     if cache_reuse < 0:
         raise ConfigError(f"--cache-reuse must be >= 0 (0 = off), got {cache_reuse}")
     if index_scope not in (None, "key", "none"):
@@ -212,6 +215,7 @@ def run_serve(
         slots_endpoint=slots_endpoint,
         chat_template=chat_template,
         fim_batch=batch_size,
+        idle_tokens=idle_tokens,
     )
     if index_file is not None and not config.remembers:
         err.print(

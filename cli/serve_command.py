@@ -14,6 +14,7 @@ from lookahead.cli.options import (
     CACHE_REUSE,
     CTX_SIZE,
     DRAFT,
+    IDLE_TOKENS,
     AliasOption,
     BatchSizeOption,
     BudgetOption,
@@ -25,6 +26,7 @@ from lookahead.cli.options import (
     FairnessSlackOption,
     FairOption,
     GracePeriodOption,
+    IdleTokensOption,
     IndexScopeOption,
     JinjaOption,
     KMaxOption,
@@ -66,6 +68,7 @@ def serve(
     threads: ThreadsOption = 0,
     cache_reuse: CacheReuseOption = CACHE_REUSE,
     batch_size: BatchSizeOption = BATCH_SIZE,
+    idle_tokens: IdleTokensOption = IDLE_TOKENS,
     no_shared_index: Annotated[
         bool, typer.Option("--no-shared-index", help="Do not draft from earlier requests' prompts and outputs.")
     ] = False,
@@ -138,6 +141,7 @@ def serve(
             threads=threads,
             cache_reuse=cache_reuse,
             batch_size=batch_size,
+            idle_tokens=idle_tokens,
             shared_index=not no_shared_index,
             index_file=index_file,
             index_scope=index_scope,

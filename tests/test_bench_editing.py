@@ -176,6 +176,29 @@ def test_vim_follow_up_assumes_the_suggestion_accepted() -> None:
     assert render(buf[301], buf, 300, 4) == ([""], False)
 
 
+def test_vim_tab_accepts_and_the_next_follow_up_continues_the_first() -> None:
+    from bench.editing_vim import accept
+    from bench.vim_session import ctx_local, render
+    from lookahead.server.idle import accepted
+
+    buf = _file(200)
+    buf[100] = "    "
+    quick = ctx_local(buf, 100, 4)
+    prev, _ = render("    a = 1\n    b = 2\n", buf, 100, 4)
+    follow = ctx_local(buf, 100, 4, prev, indent_last=quick.indent)
+    buf2, y2, x2 = accept(buf, 100, prev)
+    assert buf2[100:102] == ["    a = 1", "    b = 2"] and buf2[102:] == buf[101:]
+    assert (y2, x2) == (101, len("    b = 2"))
+    # llama.vim finds the follow-up's answer cached for the place after the Tab: the same context
+    here = ctx_local(buf2, y2, x2)
+    assert (here.prefix, here.middle, here.suffix) == (follow.prefix, follow.middle, follow.suffix)
+    # the next follow-up assumes the follow-up's suggestion accepted too: what `serve` guesses
+    content = "\n    return a + b\n"
+    nxt = ctx_local(buf2, y2, x2, render(content, buf2, y2, x2)[0], indent_last=quick.indent)
+    assert accepted(follow.prefix, follow.middle, content) == (nxt.prefix, nxt.middle)
+    assert nxt.suffix == follow.suffix
+
+
 def test_vim_session_types_new_lines_before_and_past_the_window() -> None:
     from bench.editing_vim import vim_sessions
 

@@ -20,11 +20,12 @@ from typing import Any
 import llama_cpp as ll
 import numpy as np
 
-from lookahead.backend import decode_cost
+from lookahead.backend import decode_cost, kv_snapshot
 from lookahead.backend.base import Logits
 from lookahead.backend.config import BackendConfig, default_threads
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.backend.llama_batch import Batch as _Batch
+from lookahead.backend.llama_context import new_context
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, Interrupted, utf8
@@ -228,28 +229,6 @@ class LlamaVocab:
         return h.hexdigest()[:16]
 
 
-def _new_context(model: Any, config: BackendConfig, n_seq_max: int, threads: int, unified: bool = True) -> Any:
-    """A llama.cpp context on loaded weights: one unified KV cache of `config.n_ctx` cells
-    shared by `n_seq_max` sequence ids (not `unified`: one stream of n_ctx / n_seq_max cells
-    per sequence id, and no batch entry may carry two ids), batches of `config.n_batch`."""
-    cparams = ll.llama_context_default_params()
-    cparams.n_ctx = config.n_ctx
-    cparams.n_batch = config.n_batch
-    cparams.n_ubatch = config.n_batch
-    cparams.n_seq_max = n_seq_max
-    cparams.kv_unified = unified
-    cparams.n_threads = threads
-    cparams.n_threads_batch = threads
-    cparams.no_perf = True
-    cparams.flash_attn_type = (
-        ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    )
-    ctx = ll.llama_init_from_model(model, cparams)
-    if not ctx:
-        raise BackendError(f"llama.cpp could not create a context: {_last_log_error()}")
-    return ctx
-
-
 class KVContext:
     """A llama.cpp context with the calls the KV cache manager needs (`kv_cache.KVOps`):
     decode a batch, read its logits rows, and the llama_memory_seq_* calls. Made by
@@ -258,7 +237,7 @@ class KVContext:
     def __init__(
         self, model: Any, config: BackendConfig, n_seq_max: int, threads: int, n_vocab: int, unified: bool = True
     ) -> None:
-        self._ctx = _new_context(model, config, n_seq_max, threads, unified)
+        self._ctx = new_context(model, config, n_seq_max, threads, unified, _last_log_error)
         self.n_threads = threads
         self._mem = ll.llama_get_memory(self._ctx)
         # whether cells may move to new positions (KV shift): llama.cpp says so for its cache,
@@ -319,6 +298,10 @@ class KVContext:
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
 
+    @property
+    def ctx(self) -> Any:
+        return self._ctx
+
 
 class LlamaBackend(LlamaVocab):
     """A GGUF model and one context, ready for tree-shaped verify batches: one `KVSlot`
@@ -348,10 +331,11 @@ class LlamaBackend(LlamaVocab):
         self.tokens_shifted = 0  # prompt tokens kept by moving their cells, since loading
         # asked before each prefill chunk: True stops the prefill with Interrupted (a client left)
         self.interrupt: Callable[[], bool] | None = None
+        self.prefill_chunk: int | None = None  # prompt tokens per decode when set (`server/idle.py`)
 
     def new_kv(self, n_seq_max: int, threads: int | None = None, unified: bool = True) -> KVContext:
         """A context of its own on this model's weights (no second copy of the model), with
-        this backend's configuration, for `n_seq_max` sequence ids (see `_new_context`)."""
+        this backend's configuration, for `n_seq_max` sequence ids (see `llama_context.new_context`)."""
         return KVContext(self._model, self.config, n_seq_max, threads or self.n_threads, self.n_vocab, unified)
 
     def close(self) -> None:
@@ -412,6 +396,13 @@ class LlamaBackend(LlamaVocab):
     def refilled(self) -> int:  # of them, the new ones it decoded between moved runs
         return self._slot.refilled
 
+    def snapshot(self) -> kv_snapshot.Snapshot | None:
+        """The cached cells copied out, to `restore` later (`kv_snapshot.py`)."""
+        return kv_snapshot.take(self._kv.ctx, self._slot)
+
+    def restore(self, snap: kv_snapshot.Snapshot) -> None:
+        kv_snapshot.put_back(self._kv.ctx, self._slot, snap)
+
     def _decode(self, n: int) -> None:
         self._kv.decode(self._batch, n)
 
@@ -419,10 +410,11 @@ class LlamaBackend(LlamaVocab):
         tokens = np.asarray(tokens, dtype=np.int32)
         if self.n_used + len(tokens) + 1 > self.n_ctx:
             raise BackendError(f"{self.n_past + len(tokens)} tokens do not fit a context of {self.n_ctx}")
-        for lo in range(0, len(tokens), self.n_batch):
+        step = min(self.n_batch, self.prefill_chunk or self.n_batch)
+        for lo in range(0, len(tokens), step):
             if self.interrupt is not None and self.interrupt():
                 raise Interrupted(f"prefill stopped after {lo} of {len(tokens)} tokens")
-            chunk = tokens[lo : lo + self.n_batch]
+            chunk = tokens[lo : lo + step]
             self._slot.put_prefill(self._batch, 0, chunk)
             self._decode(len(chunk))
             self._slot.prefilled(chunk)

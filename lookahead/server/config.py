@@ -56,6 +56,9 @@ class ServeConfig:
     # after), as llama-server's logical batch (-b) sizes it; the rest of the context holds
     # `input_extra` chunks. llama.cpp's default is 2048; `lookahead serve` uses 1024
     fim_batch: int = 2048
+    # after a fill-in-the-middle answer that a limit ended: tokens to write while idle for the
+    # request that assumes it accepted (`idle.py`); 0 = no idle work
+    idle_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

@@ -80,6 +80,7 @@ class Job:
     # runs slower while the service reads that request on the other cores).
     paced: bool = False
     acked: threading.Event = field(default_factory=threading.Event)
+    seq: int = 0  # the worker's count of jobs submitted, this one included (`WorkerBase.submit`)
 
     @property
     def warm_up(self) -> bool:
@@ -138,6 +139,7 @@ class WorkerBase:
         self._waiting: deque[Job] = deque()
         self._cv = threading.Condition()
         self._closing = False
+        self._submitted = 0  # jobs submitted so far (`Job.seq`)
         self._mean_s = 5.0  # running mean of a generation's seconds, for Retry-After
         metrics.slots.set(capacity)
         self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
@@ -172,9 +174,19 @@ class WorkerBase:
     def submit(self, job: Job) -> None:
         with self._cv:
             self._check_room()
+            self._submitted += 1
+            job.seq = self._submitted
             self._waiting.append(job)
             self.metrics.queue_depth.set(len(self._waiting))
             self._cv.notify()
+
+    def takes_idle_work(self) -> bool:
+        """Whether this worker begins a guessed next request while idle (`idle.py`)."""
+        return False
+
+    def idle(self, job: Any) -> bool:
+        """Begin `job` (an `idle.IdleJob`) once nothing waits; False: declined."""
+        return False
 
     @property
     def running(self) -> int:

@@ -55,6 +55,17 @@ class Metrics:
         )
         self._shifted_seen = 0  # the worker's running total when last read
         self.errors = Counter(p + "errors", "Errors answered, by type", ["type"], registry=r)
+        self.idle_running = Gauge(
+            p + "idle_work", "1 while the service begins a guessed next request (--idle-tokens)", registry=r
+        )
+        self.idle_tokens = Counter(
+            p + "idle_tokens",
+            "Tokens decoded while idle for a guessed next request: prompt and written (decoded), written",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ("decoded", "written"):
+            self.idle_tokens.labels(kind)  # listed at 0 from the start
         self.cancelled = Counter(p + "cancelled", "Generations cancelled by a client disconnect", registry=r)
 
     def finished(self, prompt_tokens: int, stats: Stats) -> None:

@@ -10,6 +10,10 @@ shares with them and frees the rest; any other frees every cell when it ends. A 
 (`n_predict: 0`, `Job.warm_up`) only prefills its prompt into the cache (`Model.warm`). A failure in
 one generation is that request's error, never the thread's end. The queue, the shutdown and
 the guarded `on_done` are `jobs.WorkerBase`'s.
+
+While nothing waits, the thread may begin the request an editor most likely sends next
+(`idle.py`): any request that arrives stops it between two small prefill chunks or two
+steps, finds its cells cached, and drafts from what it wrote.
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from lookahead.api import Model
+from lookahead.backend.prompt_reuse import common_prefix
 from lookahead.core.engine import Done, Event, Step
+from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import Interrupted, LookaheadError
+from lookahead.server.idle import IDLE_CHUNK, Continuation, IdleJob, continuation_source
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
 
@@ -36,7 +44,24 @@ class Worker(WorkerBase):
         self._running: Job | None = None
         self._cache_owner = ""  # whose request left the cached cells (`Job.owner`)
         self.n_ctx = model.n_ctx  # what one request may use
+        self._idle: IdleJob | None = None  # a guessed next request, begun once nothing waits
+        self.continuation: Continuation | None = None  # what the last idle job read and wrote
+        # the cells cached before the last idle job, copied out (`kv_snapshot.py`), with their owner
+        self._aside: tuple[str, Any] | None = None
         self._thread.start()
+
+    def takes_idle_work(self) -> bool:
+        return True
+
+    def idle(self, job: IdleJob) -> bool:
+        """Begin `job` once nothing waits; declined (False) when another request came
+        after the one it follows, or the worker is closing."""
+        with self._cv:
+            if self._closing or self._submitted != job.after:
+                return False
+            self._idle = job
+            self._cv.notify()
+            return True
 
     def _running_jobs(self) -> list[Job]:
         return [self._running] if self._running is not None else []
@@ -45,11 +70,23 @@ class Worker(WorkerBase):
     def _run(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._waiting or self._closing)
-                if not self._waiting:
+                self._cv.wait_for(lambda: self._waiting or self._idle is not None or self._closing)
+                if self._closing and not self._waiting:
                     return  # closing, nothing left
-                job = self._running = self._waiting.popleft()
-                self.metrics.queue_depth.set(len(self._waiting))
+                idle, self._idle = self._idle, None
+                if not self._waiting:
+                    assert idle is not None
+                    self.metrics.idle_running.set(1)
+                else:
+                    idle = None  # a request came first: the guess is moot
+                    job = self._running = self._waiting.popleft()
+                    self.metrics.queue_depth.set(len(self._waiting))
+            if idle is not None:
+                try:
+                    self._continue(idle)
+                finally:
+                    self.metrics.idle_running.set(0)
+                continue
             try:
                 if not job.cancelled.is_set():
                     self._generate(job)
@@ -70,6 +107,11 @@ class Worker(WorkerBase):
         if job.owner != self._cache_owner:
             backend.reset()  # another API key's cells: never reused, nor seen as cached
         self._cache_owner = job.owner
+        self._take_back(job)
+        cont, self.continuation = self.continuation, None  # for this request only
+        source = None if job.warm_up else continuation_source(cont, job.tokens, job.owner)
+        if source is not None:
+            job.sources = [*job.sources, source]
         try:
             if job.warm_up:  # n_predict 0: the prompt into the cache, nothing written
                 events = iter([Done(self.model.warm(job.tokens))])
@@ -115,6 +157,67 @@ class Worker(WorkerBase):
             backend.interrupt = None
             self.metrics.running.set(0)
             self._took(time.perf_counter() - t0)
+
+    def _continue(self, job: IdleJob) -> None:
+        """An idle job (`idle.py`): its prompt into the cache in small chunks, then up to
+        `max_tokens` greedy tokens, kept as `continuation`; stopped by any request that
+        arrives. Not a request: no request metrics, no memory, no answer."""
+        backend = self.model.backend
+        if job.owner != self._cache_owner:
+            return  # another key's cells are cached now: not this guess's to replace
+        try:
+            snap = backend.snapshot() if hasattr(backend, "snapshot") else None
+        except LookaheadError:
+            return  # nothing could be set aside: no guess may replace the cells
+        self._aside = (job.owner, snap) if snap is not None else None
+        cont = Continuation(job.owner, job.tokens)
+        arrived = lambda: bool(self._waiting) or self._closing  # noqa: E731
+        backend.interrupt = arrived
+        backend.prefill_chunk = IDLE_CHUNK
+        before = getattr(backend, "n_decoded", 0)
+        events = None
+        try:
+            events = self.model.stream("", tokens=job.tokens, max_tokens=job.max_tokens, sampling=SamplingConfig(),
+                                       draft=job.draft, sources=job.sources, cache_prompt=True)  # fmt: skip
+            for event in events:
+                if isinstance(event, Step):
+                    cont.written += event.tokens
+                if arrived():
+                    break
+        except Interrupted:  # a request came while the prompt went in: its chunks stay cached
+            pass
+        except LookaheadError:
+            backend.reset()
+        except Exception:  # a bug: the guess is dropped, the service goes on
+            log.exception("idle work failed")
+            backend.reset()
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+            backend.interrupt = None
+            backend.prefill_chunk = None
+            self.metrics.idle_tokens.labels("decoded").inc(max(0, getattr(backend, "n_decoded", 0) - before))
+            self.metrics.idle_tokens.labels("written").inc(len(cont.written))
+            self.metrics.kv_cells.set(backend.n_used)
+            self.metrics.kv_cells_cached.set(len(backend.cache_tokens))
+            self.metrics.shifted_total(backend.tokens_shifted)
+        self.continuation = cont
+
+    def _take_back(self, job: Job) -> None:
+        """Before a request: put back the cells the last idle job replaced when the request
+        shares more of its prompt with them than with the guess (the guess was wrong)."""
+        aside, self._aside = self._aside, None
+        if aside is None or aside[0] != job.owner or not job.cache_prompt:
+            return
+        backend, snap = self.model.backend, aside[1]
+        prompt = job.tokens[:-1]  # the engine decodes the last one itself
+        if common_prefix(snap.tokens, prompt) <= common_prefix(backend.cache_tokens, prompt):
+            return
+        try:
+            backend.restore(snap)
+        except LookaheadError:
+            log.warning("the cached cells could not be put back: the prompt is read again")
 
     def _settle(self, job: Job, events: Iterator[Event] | None) -> None:
         """End the request's generation and leave the cache as the next request finds it;

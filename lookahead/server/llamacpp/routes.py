@@ -21,10 +21,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
+from starlette.background import BackgroundTask
 
 from lookahead.backend.base import Vocabulary
 from lookahead.core.engine import Progress, Stats
 from lookahead.errors import UserError
+from lookahead.server import idle
 from lookahead.server.admit import admission, draft_settings, remembering
 from lookahead.server.constrained import request_constraint
 from lookahead.server.deps import Caller, ready
@@ -244,11 +246,27 @@ async def answer(
                 return item
         raise APIError(503, "the generation was cancelled")
 
+    def after(response: Response, outcomes: list[Outcome | None]) -> Response:
+        """The response, with the idle work its answer calls for (`idle.py`) run once it is
+        sent: `outcomes` is read then (a stream's is filled in as it ends)."""
+
+        def work() -> None:
+            o = outcomes[0]
+            if o is not None and idle.wanted(
+                o.stop_type, o.text, n, body.cache_prompt, service.config.idle_tokens, draft.exact
+            ):
+                idle.start(service, body, o.text, draft, cache_owner(caller), jobs[0].seq)
+
+        if endpoint == "infill":
+            response.background = BackgroundTask(work)
+        return response
+
     if body.stream:
+        ended: list[Outcome | None] = [None]  # the stream's Outcome, once it is out
         lines = stream_lines(
-            follow_job(jobs[0], first, stream=True), shapes[0], body, service, jobs[0], endpoint
+            follow_job(jobs[0], first, stream=True), shapes[0], body, service, jobs[0], endpoint, ended
         )
-        return sse_response(lines, LLAMACPP, service.config.stream_ping)
+        return after(sse_response(lines, LLAMACPP, service.config.stream_ping), ended)
     try:
         outcomes = await asyncio.gather(*(outcome(j, p) for j, p in zip(jobs, prepared, strict=True)))
     finally:
@@ -256,7 +274,7 @@ async def answer(
             job.cancel()
     service.metrics.requests.labels(endpoint, "200").inc()
     bodies = [pick_fields(s.final(o), body.response_fields) for s, o in zip(shapes, outcomes, strict=True)]
-    return JSONResponse(bodies[0] if n == 1 else bodies)
+    return after(JSONResponse(bodies[0] if n == 1 else bodies), list(outcomes))
 
 
 async def stream_lines(
@@ -266,12 +284,16 @@ async def stream_lines(
     service: Service,
     job: Job,
     endpoint: str,
+    ended: list[Outcome | None] | None = None,
 ) -> AsyncIterator[str]:
+    """A stream's lines; its Outcome also goes into `ended` (for the work after it)."""
     status = "200"
     n_predicted = 0
     try:
         async for item in items:
             if isinstance(item, Outcome):
+                if ended is not None:
+                    ended[0] = item
                 final = pick_fields(shape.final(item, streamed=True), body.response_fields)
                 yield json.dumps(final, separators=(",", ":"))
                 break
