@@ -244,7 +244,7 @@ CacheReuseOption = Annotated[
         "start's, not identical; --exact requests always start cold.",
     ),
 ]
-IDLE_TOKENS = 64  # serve's default: tokens written while idle for a guessed next request
+IDLE_TOKENS = 0  # serve's default: off (measured no gain on llama.vim's requests yet)
 IdleTokensOption = Annotated[
     int,
     typer.Option(
@@ -252,7 +252,8 @@ IdleTokensOption = Annotated[
         help="After a fill-in-the-middle answer that a limit ended (an editor's time budget), "
         "while no request waits: read the prompt of the request that assumes it accepted (the "
         "editor's usual next one) into the cache and write up to N tokens of it, drafts for that "
-        "request when it comes; any request stops this at once. Costs CPU while idle; 0 = off.",
+        "request when it comes; any request stops this at once. Costs CPU while idle; 0 = off (the "
+        "default; 64 to try it).",
     ),
 ]
 
