@@ -325,6 +325,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extra", type=int, default=2, help="ring chunks (other files opened before)")
     p.add_argument("--threads", type=int, default=0, help="llama-server's threads (0: every usable CPU)")
     p.add_argument("--lookahead-args", default="", help="flags added to `lookahead serve` (e.g. '-t 2')")
+    p.add_argument("--llama-server-args", default="",
+                   help="flags added to llama-server (e.g. '--no-repack' where its AMX buffers crash)")
     p.add_argument("--time-limit", type=float, default=3600, help="seconds after which no new line is started")
     p.add_argument("--quick", action="store_true", help="one session (the first file, past line 256), 2 lines")
     p.add_argument("--out", type=Path, default=None, help="results path without suffix")
@@ -343,7 +345,8 @@ def commands(names: list[str], args: argparse.Namespace, model: Path, threads: i
             raise SystemExit("llama-server needs --llama-server PATH (a llama-server binary)")
         else:
             out[name] = [str(args.llama_server), "--model", str(model), "--host", "127.0.0.1", "--threads",
-                         str(threads), "--threads-batch", str(threads), *LLAMA_VIM_FLAGS]  # fmt: skip
+                         str(threads), "--threads-batch", str(threads), *LLAMA_VIM_FLAGS,
+                         *shlex.split(args.llama_server_args)]  # fmt: skip
     return out
 
 
