@@ -42,7 +42,7 @@ from lookahead.backend.slots import LlamaSlots
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, Step
-from lookahead.core.multi import batching_bound
+from lookahead.core.parallel_choice import batching_bound
 from lookahead.models import catalog as models
 
 RESULTS = Path(__file__).parent / "results"

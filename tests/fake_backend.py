@@ -224,9 +224,12 @@ class FakeMultiModel:
     def n_used(self) -> int:
         return sum(self.slot_used(s) for s in self.ctx)
 
-    def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
-        """A free slot: with `cache`, the one whose kept tokens (kept by the same `owner`)
-        share the longest prefix with `tokens` (those kept), else the lowest free one, emptied."""
+    def acquire(
+        self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "", prefer: int = -1
+    ) -> tuple[int, int]:
+        """A free slot: `prefer` when it is free; with `cache`, the one whose kept tokens (kept
+        by the same `owner`) share the longest prefix with `tokens` (those kept), else the
+        lowest free one, emptied."""
         free = [s for s in range(self.slots) if s not in self.ctx]
         if not free:
             raise BackendError("no free slot")
@@ -239,6 +242,7 @@ class FakeMultiModel:
             return k
 
         slot = max(free, key=lambda s: (shared(s), -s)) if cache else free[0]
+        slot = prefer if prefer in free else slot
         k = shared(slot) if cache else 0
         self.ctx[slot] = self.kept.pop(slot, [])[:k]
         self.parked[slot] = self.kept_parked.pop(slot, 0) if k else 0

@@ -122,25 +122,32 @@ class LlamaSlots:
         """Whether llama.cpp still holds a cell of any of the slot's ids (tests: no leaks)."""
         return self._slots[slot].holds_cells()
 
-    def best_slot(self, tokens: Sequence[int], owner: str = "") -> int:
+    def best_slot(self, tokens: Sequence[int], owner: str = "", prefer: int = -1) -> int:
         """The free slot whose cached tokens share the longest prefix with `tokens` (with KV
         shift, counting the runs it would move), where that reuses more than it evicts;
         else an empty or the least recently used slot (`kv_cache.choose_slot`). Only
-        `owner`'s cached cells count. BackendError if none is free."""
+        `owner`'s cached cells count. Slot `prefer` whenever it is free: a client that names
+        a slot (llama.cpp's `id_slot`; llama.vim sends 0) keeps its cells there, as in
+        llama-server, even when another slot looks as good to the rule above. BackendError
+        if none is free."""
         free = [k for k in range(self.slots) if not self._busy[k]]
         if not free:
             raise BackendError("every slot is in use")
+        if prefer in free:
+            return prefer
         caches = [s.cache_tokens if self._owner[k] == owner else () for k, s in enumerate(self._slots)]
         at = barrier_at(tokens, self.shift_barrier)
         return choose_slot(caches, free, self._last_use, tokens, self.shift_min, gaps=not self.separate, barrier=at)
 
-    def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
+    def acquire(
+        self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "", prefer: int = -1
+    ) -> tuple[int, int]:
         """Take a free slot for a request whose committed prompt will be `tokens`: with
         `cache`, the one sharing the longest prefix, keeping those cells (`KVSlot.reuse`);
         else the least recently used, emptied. Cells cached by another `owner` (another API
         key's request) are never reused: a tenant must not learn another's prompt from
         what was cached. Returns (slot, tokens kept)."""
-        k = self.best_slot(tokens if cache else (), owner)
+        k = self.best_slot(tokens if cache else (), owner, prefer)
         self._busy[k] = True
         self._uses += 1
         self._last_use[k] = self._uses

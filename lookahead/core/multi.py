@@ -43,6 +43,19 @@ from lookahead.errors import UserError
 PREFILL_CHUNK = 96
 
 
+def prefill_take(todo: int, left: int, chunk: int, n_batch: int) -> int:
+    """Prompt tokens a request decodes this step: what the step has `left`, or all `todo`
+    when the rest would otherwise be a short tail (fewer than `chunk`) decoded alone next
+    step. A short batch costs about as much as a full one: on a 2-vCPU Intel Xeon (AVX-512,
+    Qwen2.5-Coder 0.5B Q4_K_M) 63 tokens took 2.3x the time of 64 (llama.cpp's kernels take
+    another path below 64), so an editor's 255-token prompt went in as 96 + 96 + 63 in 2.9 s
+    where one batch took 1.5 s. The step then runs up to `chunk` tokens longer."""
+    n = min(todo, left, n_batch)
+    if 0 < todo - n < chunk and todo <= n_batch:
+        n = todo
+    return n
+
+
 class MultiVerifier(Protocol):
     """A model whose context holds `slots` independent generations.
 
@@ -60,9 +73,12 @@ class MultiVerifier(Protocol):
     @property
     def n_used(self) -> int: ...
 
-    def acquire(self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "") -> tuple[int, int]:
+    def acquire(
+        self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "", prefer: int = -1
+    ) -> tuple[int, int]:
         """A free slot for committed prompt `tokens`: with `cache`, the one whose cells (cached by
-        the same `owner`) share its longest prefix, kept; else one emptied. (slot, kept)."""
+        the same `owner`) share its longest prefix, kept; else one emptied; slot `prefer`
+        whenever it is free. (slot, kept)."""
         ...
 
     def release(self, slot: int, keep: bool = False) -> None:
@@ -109,6 +125,7 @@ class BatchRequest(Request):
         self.started = False  # prefill done, drafter told the prompt
         self.cache_prompt = False  # reuse a slot's cached prefix, and leave the cells cached after
         self.cache_owner = ""  # whose cached cells it may reuse (an API key's tenant; "" without keys)
+        self.want_slot = -1  # the slot it asks for (llama.cpp's `id_slot`), taken when free; -1: any
         self.warm_up = False  # prefill only (an editor's n_predict 0): ends, cached, once its prompt is in
         # a sibling with the same prompt (another choice of one request): this one waits for
         # its prompt to be in, then starts from a copy of those cells instead of its own prefill
@@ -251,7 +268,9 @@ class Batch:
                 v.fork(parent.slot, req.slot, req.prefilled)
                 req.stats.tokens_cached = req.prefilled
             else:
-                req.slot, req.prefilled = v.acquire(req.prompt[:-1], cache=req.cache_prompt, owner=req.cache_owner)
+                req.slot, req.prefilled = v.acquire(
+                    req.prompt[:-1], cache=req.cache_prompt, owner=req.cache_owner, prefer=req.want_slot
+                )
                 req.stats.tokens_shifted = v.slot_shifted(req.slot) if req.prefilled else 0
                 req.stats.tokens_cached = req.prefilled - (v.slot_refilled(req.slot) if req.prefilled else 0)
             req.t_admit = admitted
@@ -279,7 +298,7 @@ class Batch:
         for req in self.active:
             todo = len(req.prompt) - 1 - req.prefilled
             if todo > 0 and left > 0:
-                n = min(todo, left, self.verifier.n_batch)
+                n = prefill_take(todo, left, self.chunk, self.verifier.n_batch)
                 t0 = self.clock()
                 chunk = np.asarray(req.prompt[req.prefilled : req.prefilled + n], np.int32)
                 self.verifier.prefill(req.slot, chunk)
@@ -402,48 +421,3 @@ def run_batch(
     while not batch.idle:
         for req, event in batch.step():
             yield index[req.id], event
-
-
-# ---- how many requests to batch ----------------------------------------------------------
-
-# Batching N requests pays when N one-token steps cost clearly more than one step of N
-# tokens: N * t(1) / t(N) is the most a batch of N can speed up plain decoding in aggregate.
-# But the serial service drafts, and its drafts spend the same flatness of the curve: on a
-# mixed load the batch must beat what one request at a time gains from drafting, not plain
-# decoding. That gain is modelled on the curve from per-node acceptance chances of the three
-# kinds of a mixed load (prose ~0, a templated report ~0.8, a code edit ~0.97; the replay's
-# acceptance per kind), and the batch must beat it by PAYS: a user's 2-vCPU EPYC (t(4) = 2.56
-# t(1), bound 1.56x, serial drafting gain 1.29x by this model) served a mixed load at 0.96x
-# of the serial service with --parallel 4, so a batch keeps about 0.79 of its bound over
-# serial drafting there (prefill, which batching does not speed up, per-step work of several
-# requests, and drafts withheld beside prose by the promise); 1.35 leaves room for the noise.
-REFERENCE_ACCEPTANCE = (0.0, 0.8, 0.97)
-PAYS = 1.35
-MAX_AUTO_PARALLEL = 4
-
-
-def batching_bound(cost: CostModel, n: int) -> float:
-    """N * t(1) / t(N): aggregate speedup bound of decoding N requests in one batch."""
-    return n * cost.seconds(1) / cost.seconds(n)
-
-
-def serial_drafting_gain(cost: CostModel, acceptance: Sequence[float] = REFERENCE_ACCEPTANCE) -> float:
-    """What drafting gains one request at a time on this curve, over a mixed load: the
-    harmonic mean over `acceptance` (per-node chances) of the best chain's speedup,
-    max over n of E(n) * t(1) / t(n), E(n) = 1 + a + ... + a^(n-1) expected tokens."""
-    longest = 64
-    t = cost.table(longest)
-    n = np.arange(1, longest + 1)
-    gains = [float(np.max(np.cumsum(float(a) ** (n - 1)) * t[1] / t[n])) for a in acceptance]
-    return len(gains) / sum(1.0 / g for g in gains)
-
-
-def default_parallel(cost: CostModel) -> int:
-    """The largest N <= MAX_AUTO_PARALLEL whose batching bound beats the serial service's
-    drafting gain on this curve by PAYS (else 1: the serial service is faster here)."""
-    need = PAYS * serial_drafting_gain(cost)
-    best = 1
-    for n in range(2, MAX_AUTO_PARALLEL + 1):
-        if batching_bound(cost, n) >= need:
-            best = n
-    return best

@@ -102,6 +102,7 @@ class BatchWorker(WorkerBase):
         it reuses only cached cells its own API key's requests left (`Job.owner`)."""
         req = self._new_request(job)
         req.cache_owner = job.owner  # read when it takes a slot, at a later step
+        req.want_slot = job.slot
         return req
 
     def _new_request(self, job: Job) -> BatchRequest:

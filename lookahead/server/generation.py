@@ -39,6 +39,7 @@ class Generation:
     on_done: Callable[[Job, Sequence[int]], None] | None = None  # how it is remembered (`admit.remembering`)
     predicted: list[int] | None = None  # OpenAI's Predicted Output, tokenized
     paced: bool = False  # its route may stop it after any step (`Job.paced`)
+    slot: int = -1  # the slot it asks for (llama.cpp's `id_slot`; -1: any), `Job.slot`
 
 
 def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop, choices: int = 1) -> list[Job]:
@@ -61,6 +62,7 @@ def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop,
             progress=g.progress,
             owner=g.owner,
             paced=g.paced,
+            slot=g.slot,
         )
         for g in generations
     ]

@@ -68,6 +68,9 @@ class Job:
     progress: bool = False  # Progress events while the prompt goes in (`return_progress`)
     # whose cached KV cells this request may reuse: its API key's (`cache_owner`); "" without keys
     owner: str = ""
+    # the slot it asks for (llama.cpp's `id_slot`, -1: any): taken when free (`--parallel`),
+    # so an editor that names one finds its own cached cells there
+    slot: int = -1
     sibling_of: Job | None = None  # another choice of the same request (same prompt), queued before this one
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)

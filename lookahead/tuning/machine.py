@@ -23,7 +23,8 @@ from lookahead.backend.llama import LlamaBackend
 from lookahead.backend.slots import LlamaSlots
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig, DraftState
-from lookahead.core.multi import Batch, default_parallel
+from lookahead.core.multi import Batch
+from lookahead.core.parallel_choice import default_parallel
 from lookahead.tuning.calibrate import calibrated_costs
 from lookahead.tuning.cpuload import CpuLoad, cpu_load
 from lookahead.tuning.exact import measure_exact_limits, node_cap

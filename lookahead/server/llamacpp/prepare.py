@@ -126,6 +126,7 @@ def generation_of(
         progress=body.stream and body.return_progress,
         owner=owner,
         on_done=on_done,
+        slot=body.id_slot,
         # the editor's stops (`run.Watch`) decide after each step whether there is another;
         # not for a stream, whose route reads a step only once the client took the last one
         # (a client that reads slowly must not hold the worker)
