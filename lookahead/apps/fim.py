@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from lookahead.apps.complete import FimVocab
+from lookahead.apps.fim_window import aligned_start
 from lookahead.errors import UserError
 
 # llama.cpp's defaults: its batch size (the FIM part is sized to fit one), and the names it
@@ -111,9 +112,12 @@ def infill_prompt(
     n_ctx: int,
     n_predict: int,
     n_batch: int = DEFAULT_BATCH,
+    cached: Sequence[Sequence[int]] = (),
 ) -> InfillPrompt:
     """The tokens of a FIM request, cut to fit `n_ctx` with `n_predict` tokens to write
-    (< 0: no limit, as llama.cpp reads it). Raises FimUnsupported without FIM tokens."""
+    (< 0: no limit, as llama.cpp reads it). Raises FimUnsupported without FIM tokens.
+    `cached`: prompts the KV cache holds; a cut prefix window begins where theirs began
+    when that is near llama.cpp's cut (`fim_window.aligned_start`)."""
     pre, suf, mid = fim_tokens(vocab)
     rep, sep = vocab.fim_rep(), vocab.fim_sep()
     prefix, suffix, extra = clip(prefix, suffix, extra, n_ctx)
@@ -146,6 +150,12 @@ def infill_prompt(
     n_prefix = min(len(prefix_tokens), 3 * (batch // 4))
     n_suffix = min(len(suffix_tokens), max(0, batch // 4 - (2 + len(prompt_tokens))))
     n_extra = min(max(0, n_ctx - batch - 2 * n_predict), len(extra_tokens))
+    if cached:
+        start = len(prefix_tokens) - n_prefix
+        room = n_ctx - n_predict - (n_extra + len(bos) + n_prefix + len(prompt_tokens) + n_suffix + 3)
+        aligned = aligned_start(prefix_tokens, start, pre, cached, batch // 4)
+        if start - aligned <= room:  # a longer window still fits beside the reply
+            n_prefix = len(prefix_tokens) - aligned
 
     tokens = [
         *extra_tokens[len(extra_tokens) - n_extra :],

@@ -139,6 +139,13 @@ class LlamaSlots:
         at = barrier_at(tokens, self.shift_barrier)
         return choose_slot(caches, free, self._last_use, tokens, self.shift_min, gaps=not self.separate, barrier=at)
 
+    def cached_prompts(self, owner: str, first: int = -1) -> list[list[int]]:
+        """Copies of the tokens `owner`'s cached cells hold, slot `first` first, then the
+        others (free or not: read from another thread, a copy of a list being changed is
+        only a guess, as what it serves is)."""
+        order = sorted(range(self.slots), key=lambda k: k != first)
+        return [list(self._slots[k].cache_tokens) for k in order if self._owner[k] == owner]
+
     def acquire(
         self, tokens: Sequence[int] = (), cache: bool = False, owner: str = "", prefer: int = -1
     ) -> tuple[int, int]:

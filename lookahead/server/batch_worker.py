@@ -53,6 +53,9 @@ class BatchWorker(WorkerBase):
         self._started: dict[int, float] = {}
         self._thread.start()
 
+    def cached_prompts(self, owner: str, slot: int = -1) -> list[list[int]]:
+        return self.slots.cached_prompts(owner, slot)
+
     def _running_jobs(self) -> list[Job]:
         return list(self._jobs.values())
 

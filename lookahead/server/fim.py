@@ -32,13 +32,23 @@ def fim_tokens_and_sources(
     n_ctx: int,
     n_predict: int,
     n_batch: int = DEFAULT_BATCH,
+    cached: Sequence[Sequence[int]] = (),
 ) -> tuple[list[int], list[DraftSource]]:
     """A FIM prompt and the request's own draft sources (the suffix; the prefix and the
     extra chunks as a corpus); APIError 400 for a model without FIM tokens. `n_batch`: the
-    code around the cursor's share of the prompt, as llama-server's `-b` (`infill_prompt`)."""
+    code around the cursor's share of the prompt, as llama-server's `-b` (`infill_prompt`);
+    `cached`: the prompts the KV cache holds, where the prefix window may stay put."""
     try:
         fim = infill_prompt(
-            model.backend, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx, n_predict=n_predict, n_batch=n_batch
+            model.backend,
+            prefix,
+            suffix,
+            extra=extra,
+            prompt=prompt,
+            n_ctx=n_ctx,
+            n_predict=n_predict,
+            n_batch=n_batch,
+            cached=cached,
         )
     except FimUnsupported as exc:
         raise APIError(400, str(exc), param="model", code="fim_not_supported") from exc

@@ -191,6 +191,11 @@ class WorkerBase:
         """Begin `job` (an `idle.IdleJob`) once nothing waits; False: declined."""
         return False
 
+    def cached_prompts(self, owner: str, slot: int = -1) -> list[list[int]]:
+        """The prompts whose cells the KV cache holds for `owner`'s next request (the slot
+        it names first), as a new prompt may be shaped to share them (`apps/fim_window.py`)."""
+        return []
+
     @property
     def running(self) -> int:
         """Jobs generating now (not waiting)."""

@@ -204,6 +204,11 @@ class Worker(WorkerBase):
             self.metrics.shifted_total(backend.tokens_shifted)
         self.continuation = cont
 
+    def cached_prompts(self, owner: str, slot: int = -1) -> list[list[int]]:
+        if owner != self._cache_owner:
+            return []
+        return [list(self.model.backend.cache_tokens)]  # a copy: the worker thread changes it
+
     def _take_back(self, job: Job) -> None:
         """Before a request: put back the cells the last idle job replaced when the request
         shares more of its prompt with them than with the guess (the guess was wrong)."""

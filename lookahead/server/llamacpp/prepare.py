@@ -41,9 +41,9 @@ class Prepared:
 
 
 def infill_tokens(
-    model: Model, body: InfillRequest, n_ctx: int, n_batch: int = DEFAULT_BATCH
+    model: Model, body: InfillRequest, n_ctx: int, n_batch: int = DEFAULT_BATCH, cached: Sequence[Sequence[int]] = ()
 ) -> tuple[list[int], list[DraftSource]]:
-    """`/infill`'s prompt and draft sources."""
+    """`/infill`'s prompt and draft sources (`cached`: prompts the KV cache holds)."""
     return fim_tokens_and_sources(
         model,
         body.input_prefix,
@@ -53,6 +53,7 @@ def infill_tokens(
         n_ctx=n_ctx,
         n_predict=body.n_predict,
         n_batch=n_batch,
+        cached=cached if body.cache_prompt else (),
     )
 
 
@@ -135,12 +136,18 @@ def generation_of(
 
 
 def prepare(
-    model: Model, body: NativeRequest, n_ctx: int, memory_source: DraftSource | None, n_batch: int = DEFAULT_BATCH
+    model: Model,
+    body: NativeRequest,
+    n_ctx: int,
+    memory_source: DraftSource | None,
+    n_batch: int = DEFAULT_BATCH,
+    cached: Sequence[Sequence[int]] = (),
 ) -> Prepared:
-    """Tokenize and check one request (APIError 400 for what cannot be served)."""
+    """Tokenize and check one request (APIError 400 for what cannot be served); `cached`:
+    the prompts the KV cache holds for it (a FIM prefix window stays where they have it)."""
     try:
         if isinstance(body, InfillRequest):
-            tokens, sources = infill_tokens(model, body, n_ctx, n_batch)
+            tokens, sources = infill_tokens(model, body, n_ctx, n_batch, cached)
         else:
             assert isinstance(body, CompletionRequest)
             tokens, sources = completion_tokens(model, body), []

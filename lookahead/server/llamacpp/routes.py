@@ -188,7 +188,11 @@ async def answer(
         with admission():
             worker.check_room()  # 429 before any work
         memory_source = (lambda: memory.source(partition)) if memory is not None else (lambda: None)
-        return [prepare(model, b, worker.n_ctx, memory_source(), service.config.fim_batch) for b in answers]
+        # an editor's prefix window stays where the cache has it (not for exact requests,
+        # whose prompt must not depend on what ran before)
+        cached = [] if draft.exact else worker.cached_prompts(cache_owner(caller), body.id_slot)
+        fim_batch = service.config.fim_batch
+        return [prepare(model, b, worker.n_ctx, memory_source(), fim_batch, cached) for b in answers]
 
     # 400 for an invalid grammar or schema; parsed off the event loop (a schema's can be long)
     constraint = await run_in_threadpool(request_constraint, model, body.grammar, body.json_schema)
