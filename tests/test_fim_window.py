@@ -40,7 +40,8 @@ def test_an_editors_next_prompt_shares_its_whole_window_with_the_cached_one() ->
     vocab = Vocab(repo=False)
 
     def prompt(prefix: str, cached: list[list[int]] | None = None) -> list[int]:
-        return infill_prompt(vocab, prefix, "\nrest\n", n_ctx=8192, n_predict=64, n_batch=1024, cached=cached or []).tokens
+        fim = infill_prompt(vocab, prefix, "\nrest\n", n_ctx=8192, n_predict=64, n_batch=1024, cached=cached or [])
+        return fim.tokens
 
     typed = FILE[: 300 * 24]
     assumed = typed + "    a suggestion that was assumed accepted, over two lines\n        and more\n"
