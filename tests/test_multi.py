@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from lookahead.core.control import ControlConfig, Controller, CostModel, FixedPolicy
 from lookahead.core.draft import Draft
 from lookahead.core.engine import Done, GenerationConfig, GenerationError, Result, Step, generate
-from lookahead.core.multi import Batch, prefill_take, run_batch
+from lookahead.core.multi import Batch, BatchRequest, prefill_take, run_batch
 from lookahead.core.sampling import SamplingConfig
 from tests.fake_backend import FakeModel, FakeMultiModel, TreeDrafter
 
@@ -150,15 +150,19 @@ def test_a_prompt_never_ends_in_a_short_chunk_of_its_own(todo: int, left: int, n
     assert prefill_take(todo, left, 96, n_batch) == want
 
 
-def test_an_editors_prompt_goes_in_as_a_chunk_and_the_rest_without_a_short_tail() -> None:
+def test_an_editors_prompt_goes_in_at_once_alone_and_beside_a_writer_without_a_short_tail() -> None:
     model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=1, n_ctx=1024)
     batch = Batch(model, chunk=96)
-    req = batch.add(prompt(3, 256), config(0, False, 4))
-    sizes = []
-    while not req.ready:
-        batch.step()
-        sizes.append(batch.last.prefill)
-    assert sizes == [96, 159]
+
+    def sizes(req: BatchRequest) -> list[int]:
+        out = []
+        while not req.ready:
+            batch.step()
+            out.append(batch.last.prefill)
+        return out
+
+    assert sizes(batch.add(prompt(3, 256), config(0, False, 200))) == [255]  # nobody waits for the step
+    assert sizes(batch.add(prompt(4, 256), config(1, False, 4))) == [96, 159]  # the first one writes
 
 
 def drain(batch: Batch) -> None:
@@ -369,13 +373,16 @@ def test_oracle_drafts_accept_many_tokens_a_step_stop_mid_path_and_prefill_in_ch
     prompts = [prompt(i, 40 + 5 * i) for i in range(3)]  # 40-50 tokens: 3-4 chunks each
     truths = [FakeModel(n_vocab=VOCAB, seed=1).greedy(p, n_out) for p in prompts]
     batch = Batch(model, budget=24, chunk=chunk)
-    reqs = [
-        batch.add(p, GenerationConfig(max_tokens=n_out), NoisyOracle(p, t), FixedPolicy(8, budget=8))
-        for p, t in zip(prompts, truths, strict=True)
-    ]
+    reqs = []
     steps: list[Step] = []
     results: dict[int, Result] = {}
     prefills: list[int] = []
+    for p, t in zip(prompts, truths, strict=True):
+        reqs.append(batch.add(p, GenerationConfig(max_tokens=n_out), NoisyOracle(p, t), FixedPolicy(8, budget=8)))
+        if len(reqs) == 1:  # the first one alone, at once; the others in chunks while it writes
+            for _ in range(2):
+                steps += [e for _, e in batch.step() if isinstance(e, Step)]
+                prefills.append(batch.last.prefill)
     while not batch.idle:
         for req, event in batch.step():
             if isinstance(event, Step):
@@ -384,7 +391,8 @@ def test_oracle_drafts_accept_many_tokens_a_step_stop_mid_path_and_prefill_in_ch
                 results[req.id] = event.result
         prefills.append(batch.last.prefill)
     assert [results[r.id].tokens for r in reqs] == truths
-    assert max(prefills) < 2 * chunk and sum(1 for p in prefills if p) >= 6  # each prompt in several chunks
+    assert prefills[0] == len(prompts[0]) - 1  # alone: at once
+    assert max(prefills[1:]) < 2 * chunk and sum(1 for p in prefills[1:] if p) >= 4  # the others in chunks
     assert sum(1 for s in steps if s.accepted >= 2) >= 10  # multi-token accepts
     assert any(0 < s.accepted < s.drafted for s in steps)  # the walk stopped mid-path
     assert any(s.accepted == s.drafted == 8 for s in steps)  # and went to the end of a draft
