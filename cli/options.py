@@ -252,8 +252,8 @@ IdleTokensOption = Annotated[
         help="After a fill-in-the-middle answer that a limit ended (an editor's time budget), "
         "while no request waits: read the prompt of the request that assumes it accepted (the "
         "editor's usual next one) into the cache and write up to N tokens of it, drafts for that "
-        "request when it comes; any request stops this at once. Costs CPU while idle; 0 = off (the "
-        "default; 64 to try it).",
+        "request when it comes; any request stops this at once. Costs CPU while idle; one slot "
+        "only (--parallel 1); 0 = off (the default; 64 to try it).",
     ),
 ]
 
