@@ -54,6 +54,8 @@ class Service:
             if parallel == 0:
                 parallel = model.tuning.default_parallel()
                 log.info("--parallel %d (from the measured cost curve)", parallel)
+            if parallel > 1 and self.config.idle_tokens > 0:
+                log.warning("--idle-tokens works with one slot only: off with --parallel %d", parallel)
             if parallel > 1:
                 self.worker = BatchWorker(
                     model, self.metrics, self.config.max_queue, parallel, self.config.draft, self.config.kv_unified
