@@ -68,7 +68,7 @@ def test_exact_mode_in_a_small_context_says_what_to_do(smol_path) -> None:  # ty
     from lookahead.backend.llama import BackendConfig
     from lookahead.tuning.exact import EXACT_MIN_CTX
 
-    model = load(smol_path, backend=BackendConfig(n_ctx=256, n_threads=1), probe_backend=False)
+    model = load(smol_path, backend=BackendConfig(n_ctx=256, n_threads=1))
     try:
         with pytest.raises(GenerationError, match=f"at least {EXACT_MIN_CTX}"):
             model.tuning.exact_limits()
@@ -84,7 +84,7 @@ def test_a_small_n_batch_cuts_drafts_instead_of_failing(smol_path) -> None:  # t
     from lookahead.backend.llama import BackendConfig
     from lookahead.core.draft_state import DraftConfig
 
-    model = load(smol_path, backend=BackendConfig(n_ctx=512, n_batch=8, n_threads=1), probe_backend=False)
+    model = load(smol_path, backend=BackendConfig(n_ctx=512, n_batch=8, n_threads=1))
     try:
         prompt = "for i in range(10):\n    print(i)\nfor j in range(10):\n"
         plain = model.generate(prompt, max_tokens=48, draft=DraftConfig(enabled=False))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookahead.backend.llama import BackendConfig, LlamaBackend
+from lookahead.backend.llama import LlamaBackend
 from lookahead.core.draft import Draft
 from lookahead.core.exactness import exact_batch_limit
+from tests.safe_backend import safe_config
 from tests.trees import random_tree
 
 pytestmark = pytest.mark.model
@@ -17,14 +18,14 @@ TEXT = "def quicksort(arr):\n    if len(arr) <= 1:\n        return arr\n"
 
 @pytest.fixture(scope="module")
 def backend(smol_path):
-    b = LlamaBackend(smol_path, BackendConfig(n_ctx=1024, max_branches=4, n_threads=1))
+    b = LlamaBackend(smol_path, safe_config(smol_path, n_ctx=1024, max_branches=4, n_threads=1))
     yield b
     b.close()
 
 
 @pytest.fixture(scope="module")
 def reference(smol_path):
-    b = LlamaBackend(smol_path, BackendConfig(n_ctx=1024, max_branches=1, n_threads=1))
+    b = LlamaBackend(smol_path, safe_config(smol_path, n_ctx=1024, max_branches=1, n_threads=1))
     yield b
     b.close()
 
@@ -118,7 +119,7 @@ def test_chat_template_and_detokenization(backend) -> None:
 def test_a_small_n_batch_caps_the_branches_instead_of_aborting(smol_path) -> None:
     """llama.cpp aborts the whole process when n_batch < n_seq_max (branches + the parking
     id); a draft that fits n_batch with its root has at most n_batch - 1 leaves anyway."""
-    b = LlamaBackend(smol_path, BackendConfig(n_ctx=256, n_batch=8, n_threads=1))
+    b = LlamaBackend(smol_path, safe_config(smol_path, n_ctx=256, n_batch=8, n_threads=1))
     try:
         assert b.max_branches == 7
         hist = b.tokenize(TEXT)

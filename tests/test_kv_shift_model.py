@@ -29,6 +29,7 @@ from lookahead.core.draft import Draft
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig, Result, generate
 from lookahead.errors import BackendError
+from tests.safe_backend import safe_config
 
 pytestmark = pytest.mark.model
 
@@ -73,7 +74,7 @@ REUSE = 32  # the shortest run moved (the service's default is 256; these prompt
 
 @pytest.fixture(scope="module")
 def shifting(smol_path: Path) -> Iterator[LlamaBackend]:
-    b = LlamaBackend(smol_path, BackendConfig(n_ctx=4096, n_threads=1, cache_reuse=REUSE))
+    b = LlamaBackend(smol_path, safe_config(smol_path, n_ctx=4096, n_threads=1, cache_reuse=REUSE))
     yield b
     b.close()
 
@@ -159,7 +160,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def test_without_cache_reuse_the_same_prompt_decodes_everything_after_the_shared_head(smol_path: Path) -> None:
-    b = LlamaBackend(smol_path, BackendConfig(n_ctx=4096, n_threads=1))
+    b = LlamaBackend(smol_path, safe_config(smol_path, n_ctx=4096, n_threads=1))
     try:
         first = b.tokenize("\n".join(LINES) + "\n")
         second = b.tokenize("\n".join(LINES[:1] + LINES[2:]) + "\n")
