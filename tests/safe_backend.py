@@ -12,10 +12,17 @@ from typing import Any
 
 def safe_config(path: Path, **fields: Any) -> Any:
     """`BackendConfig(**fields)` with the probe's verdict on extra buffer types."""
+    from lookahead.backend.llama import BackendConfig
+
+    config = BackendConfig(**fields)
+    return dataclasses.replace(config, repack=safe_candidate(path, config).repack)
+
+
+def safe_candidate(path: Path, config: Any = None) -> Any:
+    """The probe's candidate (`lookahead.backend.probe.Candidate`) for this model here."""
     from lookahead.api import choose_backend
     from lookahead.backend.llama import BackendConfig
     from lookahead.models import catalog as models
 
-    config = BackendConfig(**fields)
-    verdict = choose_backend(Path(path), config, models.default_cache_dir().parent)
-    return dataclasses.replace(config, repack=verdict.candidate.repack)
+    config = config or BackendConfig(n_threads=1)
+    return choose_backend(Path(path), config, models.default_cache_dir().parent).candidate
