@@ -66,14 +66,22 @@ def choose(path: Path, cache: Path, **kwargs: object) -> probe.Verdict:
 
 
 @pytest.mark.model
-def test_healthy_default_is_chosen_and_cached(smol_path: Path, tmp_path: Path) -> None:
+def test_the_first_healthy_candidate_is_chosen_and_cached(smol_path: Path, tmp_path: Path) -> None:
+    """llama.cpp's default where it runs (most CPUs); on a Xeon whose AMX buffers crash, the
+    default fails in its child process and the next candidate is chosen."""
     cache = tmp_path / "probe.json"
     verdict = choose(smol_path, cache)
-    assert verdict.choice == "default" and not verdict.cached
-    assert [t.candidate for t in verdict.trials] == ["default"]  # fastest first, stop at a pass
-    assert verdict.trials[0].max_diff is not None and verdict.trials[0].max_diff <= probe.TOLERANCE
+    assert not verdict.cached
+    names = [c.name for c in probe.CANDIDATES]
+    tried = [t.candidate for t in verdict.trials]
+    assert tried == names[: len(tried)]  # fastest first, stop at a pass
+    assert [t.ok for t in verdict.trials] == [False] * (len(tried) - 1) + [True]
+    assert verdict.choice == tried[-1]
+    assert verdict.trials[-1].max_diff is not None and verdict.trials[-1].max_diff <= probe.TOLERANCE
+    if not probe.cpu_has("amx_int8"):
+        assert verdict.choice == "default"
     again = choose(smol_path, cache)
-    assert again.cached and again.choice == "default"
+    assert again.cached and again.choice == verdict.choice
 
 
 @pytest.mark.model
@@ -124,6 +132,8 @@ def test_finite_but_wrong_batched_logits_rule_a_candidate_out(
 ) -> None:
     """Garbage need not be NaN: batched logits that are finite but far from the one-token
     ones fail the candidate too (the tolerance check), and the fallback is chosen."""
+    if choose(smol_path, tmp_path / "real.json").choice != "default":
+        pytest.skip("llama.cpp's default crashes on this CPU before any logits (AMX): no garbage to inject")
     monkeypatch.setenv(probe.FAULT_ENV, "default=garbage")
     verdict = choose(smol_path, tmp_path / "probe.json")
     assert verdict.choice == "no-extra-bufts"
