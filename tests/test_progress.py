@@ -87,16 +87,17 @@ def test_a_cached_prompt_reports_its_cached_prefix_first() -> None:
 def test_a_batched_request_reports_per_chunk_and_its_neighbour_reports_nothing() -> None:
     model = FakeMultiModel(slots=2, n_vocab=VOCAB, seed=3)
     batch = Batch(model, chunk=20)
-    watched = batch.add(PROMPT, CONFIG, progress=True)
     other = batch.add(PROMPT[:10], CONFIG)
+    batch.step()  # its prompt in, and it writes: from now on prompts go in by chunks
+    watched = batch.add(PROMPT, CONFIG, progress=True)
     reports: list[Progress] = []
     while not batch.idle:
         for req, event in batch.step():
             if isinstance(event, Progress):
                 assert req is watched and req is not other
                 reports.append(event)
-    # chunks of 20 shared oldest first: 20, 20, 9, then the first verify
-    assert [r.processed for r in reports] == [0, 20, 40, 49, 50]
+    # a chunk of 20, then the 29 left at once (not 20 and a short 9), then the first verify
+    assert [r.processed for r in reports] == [0, 20, 49, 50]
     check_reports(reports, total=50, cache=0)
 
 
