@@ -39,7 +39,9 @@ from typing import Any
 import lookahead
 from bench import replay as replay_mod
 from bench.tasks import PROMPT_SETS, load_tasks
+from lookahead.api import locate
 from lookahead.backend.llama import BackendConfig, LlamaBackend
+from lookahead.models.catalog import default_cache_dir
 
 REPLAY_MODEL = "qwen2.5-coder-0.5b"
 OUTPUT_MODEL = "smollm2-135m"
@@ -68,18 +70,14 @@ def _truth_path(prompt_set: str) -> Path:
 
 def _model_path(name: str) -> Path:
     """The GGUF file of a named model, assembled on first use (the normal cache)."""
-    model = lookahead.load(name, backend=BackendConfig(n_threads=THREADS, n_ctx=512), probe_backend=False)
-    try:
-        return Path(model.backend.path)
-    finally:
-        model.close()
+    return locate(name, default_cache_dir())
 
 
 def _load(path: Path, cache: Path) -> Any:
-    """A model whose cost cache is `cache` (seeded with the pinned curves)."""
-    return lookahead.load(
-        path, cache_dir=cache / "models", backend=BackendConfig(n_threads=THREADS), probe_backend=False
-    )
+    """A model whose cost cache is `cache` (seeded with the pinned curves), in the llama.cpp
+    configuration the probe finds healthy on this CPU (the default one crashes where
+    llama.cpp's AMX buffers do)."""
+    return lookahead.load(path, cache_dir=cache / "models", backend=BackendConfig(n_threads=THREADS))
 
 
 def run_replay(model: Any) -> dict[str, Any]:
