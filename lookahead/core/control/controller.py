@@ -118,8 +118,10 @@ class Controller:
         """A new request on the same text stream's model: what was learned carries over, but
         drafts offered for the last request are not scored against this one's tokens (the
         last request's unverified copy, fed the new request's first tokens, would count as
-        misses of its source and make it doubt a source that was right)."""
+        misses of its source and make it doubt a source that was right). A new request's
+        drafter is asked at every step again: its prompt may be copyable from the start."""
         self.shadow.forget()
+        self._plain_run = 0
 
     def limit(self, draft: Draft) -> int:
         """Longest prefix allowed: at most `budget` nodes, none deeper than `k_max`."""
