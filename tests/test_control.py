@@ -556,7 +556,6 @@ def test_respects_a_cost_knee() -> None:
 @pytest.mark.parametrize("bonus", [True, False])
 def test_follows_text_from_prose_to_copy_and_back(bonus: bool) -> None:
     phases = [0.02] * 80 + [0.97] * 60 + [0.02] * 40
-    restarted = 0
     for seed in range(8):
         ctl = controller()
         chosen, drafting, _ = replay(ctl, chains(seed, phases), bonus=bonus)
@@ -568,13 +567,7 @@ def test_follows_text_from_prose_to_copy_and_back(bonus: bool) -> None:
         assert np.median(chosen[started + 10 : 140]) >= 8
         stopped = 140 + int(np.argmin(drafting[140:]))
         assert stopped - 140 <= 4
-        # once stopped it stays stopped; a single draft at the threshold, on a draw whose
-        # last copies are still fresh in the cells, is allowed on one seed of the eight
-        # (over 60 seeds, 7-8 of them draft again once, before and after `realism`)
-        late = int(np.count_nonzero(drafting[stopped + 2 :]))
-        assert late <= 1
-        restarted += late
-    assert restarted <= 1
+        assert not drafting[stopped + 2 :].any()
 
 
 def test_overconfident_sources_are_doubted_in_every_bin() -> None:
@@ -769,58 +762,3 @@ def test_a_wrong_guess_scored_later_lowers_calibration() -> None:
         ctl.choose(Draft.empty())
     after = ctl.stats.calibrated(draft.q[1:2], draft.sources[1:2])[0]
     assert after < before
-
-
-# --- realism: the estimates checked against what whole steps gave -------------------------
-
-
-def test_realism_is_one_without_evidence_and_follows_the_shortfall() -> None:
-    stats = controller().stats
-    assert stats.realism == 1.0
-    for _ in range(20):
-        stats.record_outcome(10.0, 4)
-    assert 0.4 < stats.realism < 0.5  # (80 + 8) / (200 + 8) with the prior of 8 tokens
-    for _ in range(400):  # plain steps: the evidence fades and the estimates are trusted again
-        stats.record_step(0)
-    assert stats.realism > 0.95
-    for _ in range(20):
-        stats.record_outcome(4.0, 10)  # better than expected: never scaled up
-    assert stats.realism == 1.0
-
-
-def test_realism_scales_the_expected_drafted_tokens() -> None:
-    ctl = controller()
-    draft = Draft.chain(list(range(1, 9)), SOURCE_NGRAM, 0.9)
-    before = ctl.expected_tokens(draft)
-    for _ in range(10):
-        ctl.stats.record_outcome(10.0, 5)
-    after = ctl.expected_tokens(draft)
-    assert after[0] == before[0] == 1.0
-    np.testing.assert_allclose(after[1:] - 1, (before[1:] - 1) * ctl.stats.realism)
-    assert ctl.stats.realism < 0.6
-
-
-def test_stops_drafting_when_whole_steps_fall_short_of_the_estimates() -> None:
-    # cells made too stiff to learn (q' stays the source's 0.97): only the step-level
-    # check sees that chains survive half as often as that; without it every step drafts
-    ctl = controller(prior_trials=1e9, source_prior_trials=1e9, probe_every=0)
-    chosen, drafting, speed = replay(ctl, chains(9, [0.5] * 300, q=0.97))
-    assert drafting[0]  # at first the estimates are believed
-    assert drafting[50:].mean() < 0.25
-    # 0.32x plain decoding without the check; with it, a short burst now and then, as the
-    # evidence fades and the estimates are believed again
-    assert speed >= 0.8 / flat(1)
-
-
-def test_rests_the_drafter_during_a_long_plain_run() -> None:
-    ctl = controller()
-    budget = ctl.config.budget
-    asked = []
-    for _ in range(60):
-        asked.append(ctl.budget > 0)
-        ctl.observe(Draft.empty(), [], flat(1), 7)
-    assert all(asked[:9])  # the first REST_AFTER plain steps all ask
-    assert 60 / 4 <= sum(asked) < 40  # then every 2nd, 3rd, at most every 4th step
-    assert not any(asked[-4:]) or sum(asked[-4:]) == 1
-    ctl.observe(Draft.chain([1, 2], SOURCE_NGRAM, 0.9), [0], flat(3), 7)  # a draft verified
-    assert ctl.budget == budget

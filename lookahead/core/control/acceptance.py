@@ -76,10 +76,6 @@ class AcceptanceStats:
         self.alpha_ema = 0.0
         self._ema_rate = 2.0 / (config.window + 1.0)
         self.steps = 0  # steps observed
-        # drafting steps: decayed sums of the tokens their verified prefixes were expected to
-        # yield (sum of P', before correction) and of the tokens they did (`realism`)
-        self._expected = 0.0
-        self._got = 0.0
 
     def cells(
         self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]
@@ -138,23 +134,6 @@ class AcceptanceStats:
         self._depth_trials *= self._keep_step
         self._src_hits *= self._keep_step
         self._src_promised *= self._keep_step
-        self._expected *= self._keep_step
-        self._got *= self._keep_step
-
-    def record_outcome(self, expected: float, accepted: int) -> None:
-        """A drafting step's verified prefix was expected to yield `expected` drafted tokens
-        (the sum of its nodes' P') and `accepted` were accepted."""
-        self._expected += expected
-        self._got += accepted
-
-    @property
-    def realism(self) -> float:
-        """Drafted tokens accepted per token expected, lately (at most 1, 1 with no evidence):
-        the factor every P' is scaled by. It only ever lowers estimates: a cell that is too
-        modest learns that on its own, and a correction above 1 would make drafts of a kind
-        that failed look better than their own record."""
-        k = self.config.realism_prior
-        return min(1.0, (self._got + k) / (self._expected + k))
 
     def record_trials(
         self,

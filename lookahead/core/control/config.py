@@ -50,22 +50,11 @@ class ControlConfig:
     # Strength, in trials kept at their promise, of the source-level trust's prior of 1
     # (see `AcceptanceStats.calibrated`).
     source_prior_trials: float = 4.0
-    # The whole estimate checked against what steps really gave: drafted tokens accepted
-    # over the sum of P' of the prefixes verified (fading with `half_life`, as all
-    # evidence), with a prior of `realism_prior` tokens at 1. Below 1 it scales every P'
-    # down (`AcceptanceStats.realism`). The cells are calibrated node by node, but a step
-    # verifies the nodes the estimates rank highest, and under sampling a long chain
-    # survives less often than its nodes' rates multiply to: measured on llama.vim's sampled
-    # requests (Qwen2.5-Coder 0.5B, 2-vCPU AMD EPYC), 15-node drafts expected 9-10 tokens and
-    # gave 6.5, so drafted steps ran at 0.90x plain decoding's speed.
-    realism_prior: float = 8.0
 
     def __post_init__(self) -> None:
         if min(self.k_max, self.branches, self.window, self.probe_nodes) < 1 or self.budget < 0:
             raise ConfigError("k_max, branches, window, probe_nodes must be >= 1, budget >= 0")
         if self.min_gain <= 0 or self.calib_window < 1 or self.half_life <= 0:
             raise ConfigError("min_gain and half_life must be > 0, calib_window >= 1")
-        if self.realism_prior <= 0:
-            raise ConfigError("realism_prior must be > 0")
         if self.probe_every < 0 or self.prior_trials <= 0:
             raise ConfigError("probe_every must be >= 0, prior_trials > 0")

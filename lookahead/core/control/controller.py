@@ -22,11 +22,6 @@ from lookahead.core.policy import Offer
 
 Floats = npt.NDArray[np.float64]
 
-# Plain steps in a row after which the drafter is asked only on some steps, and the
-# widest spacing of those (`Controller._resting`).
-REST_AFTER = 8
-REST_STRIDE = 4
-
 # A step that reached no node (still recorded: a call per step, empty or not).
 _NO_TRIALS = Trials(Draft.empty(), np.zeros(0, dtype=np.intp), np.zeros(0, dtype=bool))
 
@@ -82,25 +77,11 @@ class Controller:
         self._declined = 0  # declined steps since the last probe or draft that taught nothing
         self._probe_size = self.config.probe_nodes
         self._escalate = False  # the last probe was accepted in full: probe bigger next step
-        self._plain_run = 0  # steps in a row that verified no draft node (`_resting`)
 
     # the engine's Policy protocol: what to ask the drafter for, and the rolling alpha
     @property
     def budget(self) -> int:
-        """Nodes to ask the drafter for this step: 0 on the steps a long plain run rests."""
-        return 0 if self._resting() else self.config.budget
-
-    def _resting(self) -> bool:
-        """Whether to ask for no draft this step. After `REST_AFTER` steps in a row that
-        verified nothing, the drafter is asked only every 2nd step, then every 3rd, at most
-        every `REST_STRIDE`th: proposing costs about a millisecond of Python a step, 5% of a
-        20 ms step on a small model, spent for nothing while no draft pays. The drafts
-        already offered are still scored against every token written (`shadow`), so a copy
-        that begins is seen as before, at most a few steps later."""
-        run = self._plain_run
-        if run < REST_AFTER:
-            return False
-        return run % min(REST_STRIDE, 1 + run // REST_AFTER) != 0
+        return self.config.budget
 
     @property
     def max_depth(self) -> int:
@@ -118,10 +99,8 @@ class Controller:
         """A new request on the same text stream's model: what was learned carries over, but
         drafts offered for the last request are not scored against this one's tokens (the
         last request's unverified copy, fed the new request's first tokens, would count as
-        misses of its source and make it doubt a source that was right). A new request's
-        drafter is asked at every step again: its prompt may be copyable from the start."""
+        misses of its source and make it doubt a source that was right)."""
         self.shadow.forget()
-        self._plain_run = 0
 
     def limit(self, draft: Draft) -> int:
         """Longest prefix allowed: at most `budget` nodes, none deeper than `k_max`."""
@@ -134,17 +113,12 @@ class Controller:
     def expected_tokens(self, draft: Draft, n: int | None = None) -> Floats:
         """E[tokens of a step] verifying the first k nodes, for k = 0..n: 1 + sum of P'."""
         n = len(draft) if n is None else min(n, len(draft))
+        q = self.stats.calibrated(draft.q[:n], draft.sources[:n])
         out = np.empty(n + 1)
         out[0] = 1.0
-        np.cumsum(self._path_probs(draft, n), out=out[1:])
-        out[1:] *= self.stats.realism
+        np.cumsum(path_probs(q, draft.parents[:n], draft.depth[:n]), out=out[1:])
         out[1:] += 1.0
         return out
-
-    def _path_probs(self, draft: Draft, n: int) -> Floats:
-        """P' of the first n nodes, as the cells estimate them (before `realism`)."""
-        q = self.stats.calibrated(draft.q[:n], draft.sources[:n])
-        return path_probs(q, draft.parents[:n], draft.depth[:n])
 
     def could_pay(self, nodes: int) -> bool:
         """Whether verifying at most `nodes` draft nodes could be chosen on the current cost
@@ -225,9 +199,6 @@ class Controller:
         accepted exactly when their token equals the bonus token (the model's own choice).
         """
         n = len(verified)
-        self._plain_run = 0 if n else self._plain_run + 1
-        if n:  # what the cells expected of it, before they learn from it
-            self.stats.record_outcome(float(self._path_probs(verified, n).sum()), len(accepted))
         self.cost.observe(n + 1, seconds)
         self.stats.record_step(len(accepted))
         older, fresh = self.shadow.score(verified, accepted, bonus)
