@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lookahead.core.engine import GenerationError
+from tests.costs import calibrate_quietly
 
 
 @pytest.mark.model
@@ -44,11 +45,7 @@ def test_calibration_caches_the_context_slope(smol_model, tmp_path, monkeypatch)
 
     monkeypatch.setattr(smol_model.backend, "measure_cost", fake)
     monkeypatch.setattr(smol_model.tuning, "cache_dir", tmp_path)
-    # nothing else busy (a curve measured beside a busy process is not kept: test_calibrate_busy.py)
-    from lookahead.tuning import calibrate, machine
-
-    quiet = lambda: lambda: 0.0  # noqa: E731
-    monkeypatch.setattr(machine, "calibrated_costs", lambda b, root: calibrate.calibrated_costs(b, root, quiet))
+    calibrate_quietly(monkeypatch)
     try:
         smol_model.tuning.calibrate()
         depth = calls[1]

@@ -23,6 +23,7 @@ import lookahead.cli.generate_cmd
 from lookahead.cli.generate_cmd import json_summary
 from lookahead.cli.main import app
 from lookahead.core.engine import Result, Stats
+from tests.costs import calibrate_quietly
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -435,11 +436,7 @@ def test_readme_says_exactly_what_is_exact() -> None:
 
 @pytest.mark.model
 def test_doctor_json(smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lookahead.tuning import calibrate, machine
-
-    # as if nothing else were busy: a curve measured beside a busy process is not cached
-    quiet = lambda: lambda: 0.0  # noqa: E731
-    monkeypatch.setattr(machine, "calibrated_costs", lambda b, root: calibrate.calibrated_costs(b, root, quiet))
+    calibrate_quietly(monkeypatch)
     cache = tmp_path / "models"
     result = invoke(["doctor", "--model", str(smol_path), "--threads", "1", "--json", "--cache-dir", str(cache)])
     assert result.exit_code == 0, result.output

@@ -15,6 +15,7 @@ from lookahead.models import catalog as models
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
 from lookahead.server.idle import accepted
+from tests.costs import frozen_costs, use_curve
 from tests.served import metric
 
 pytestmark = pytest.mark.model
@@ -80,10 +81,8 @@ FLAT = {1: 0.02, 2: 0.021, 4: 0.023, 8: 0.026, 16: 0.032, 32: 0.045, 64: 0.07}
 def test_the_follow_up_finds_its_prompt_read_and_drafts_from_the_idle_tokens(
     qwen_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lookahead.tuning import machine
-
-    monkeypatch.setattr(machine, "calibrated_costs", lambda b, root: (dict(FLAT), {}))
-    with serve(qwen_path, idle_tokens=24) as server:
+    use_curve(monkeypatch, FLAT)
+    with frozen_costs(), serve(qwen_path, idle_tokens=24) as server:
         first, follow, text = suggestion_then_follow_up(server)
     assert first["stop_type"] == "limit" and first["content"].endswith("\n"), first
     assert metric(text, 'lookahead_idle_tokens_total{kind="written"}') >= 1

@@ -10,7 +10,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,11 @@ import httpx
 import numpy as np
 import pytest
 
-from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.sampling import SamplingConfig
 from lookahead.server import ServeConfig
 from lookahead.server.background import Running, serving
+from tests.costs import frozen_costs
 from tests.sse import payloads
 
 pytestmark = pytest.mark.model
@@ -66,22 +65,12 @@ def pinned_loader(path: Path, cache: Path) -> Any:
     return load_pinned
 
 
-@contextmanager
-def pinned_costs() -> Iterator[None]:
-    """The pinned curve stays the controller's: it does not learn this machine's verify times
-    as it runs (on a 2-vCPU AMD EPYC, SmolLM2 at one thread measured 2.5 one-token steps
-    for a batch of 2, and a curve learned from that rightly drafts nothing)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(CostModel, "observe", lambda self, size, seconds: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def server(smol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     # the pinned curve: how much a prediction is drafted must not depend on how busy the
     # machine was when its curve was measured, nor on its own verify costs
     config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY_A, KEY_B), max_body_bytes=64 << 10)
-    with pinned_costs(), serving(config, pinned_loader(smol_path, tmp_path_factory.mktemp("costs"))) as running:
+    with frozen_costs(), serving(config, pinned_loader(smol_path, tmp_path_factory.mktemp("costs"))) as running:
         yield running
 
 
@@ -212,7 +201,7 @@ def _accepted(server: Running, key: str, prompt: str) -> tuple[int, int, str]:
 def test_a_repeated_request_drafts_from_the_first_but_not_across_keys(smol_path: Path, tmp_path: Path) -> None:
     config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY_A, KEY_B))
     prompt = "Once upon a time, in a small village by the sea,"
-    with pinned_costs(), serving(config, pinned_loader(smol_path, tmp_path)) as server:
+    with frozen_costs(), serving(config, pinned_loader(smol_path, tmp_path)) as server:
         first, n, text = _accepted(server, KEY_A, prompt)
         assert server.service.memory.wait_built()
         other, _, other_text = _accepted(server, KEY_B, prompt)  # another key: no memory of it
