@@ -28,6 +28,17 @@ def _lookup(values: Floats, index: npt.NDArray[np.intp]) -> Floats:
 # a few percent of q change the best n a lot.
 Q_EDGES = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98])
 N_BINS = len(Q_EDGES) + 1
+# Depths a cell tells apart: a draft's first node, and the nodes past it. Under sampling the
+# first node is where a copy is taken up or not (accepted at about the model's probability
+# of that token); a node past it follows a copy the model already went along with. Pooled,
+# the deep nodes' hits made first nodes look surer than they were, and a long chain is only
+# as good as its first link: traced on llama.vim's requests (2-vCPU AMD EPYC), first nodes
+# were accepted at 0.82 of their q', the nodes past the second at 0.95-1.0. Split, the
+# first-node cells learn their own rate (0.87 of q' in the same trace; the offline replays
+# of code edits, reports and an editor's sampled requests drafted as well or better). Three
+# buckets (first, second, deeper) replayed a little worse: thinner evidence per cell.
+N_DEPTHS = 2
+CELLS_PER_SOURCE = N_DEPTHS * N_BINS
 _Q_EDGES_LIST: list[float] = Q_EDGES.tolist()  # for bisect on plain floats (record_trials)
 # The change test of a calibration cell (see `record_trials`): it weighs the rate p of the
 # cell's history against rates moved this share of the way to 1 and to 0 ...
@@ -48,13 +59,15 @@ class AcceptanceStats:
     A node is a trial when it was "reached" (its parent was accepted, or it hangs below the
     root); it succeeds when it is accepted. Trials are binned by (source, q bin); a cell's
     decayed counts (hits h, trials n) give q' = (h + c q) / (n + c), the mean of a Beta
-    posterior whose prior, worth c trials, is centred on the node's raw q.
+    posterior whose prior, worth c trials, is centred on the node's raw q. Each source's
+    cells are also split by depth (a draft's first node, the nodes past it: `N_DEPTHS`).
     """
 
     def __init__(self, config: ControlConfig) -> None:
         self.config = config
-        # decayed hits and trials per cell, flat: cell = source * N_BINS + q bin
-        self._hits = np.zeros(max(len(SOURCE_NAMES), 8) * N_BINS)
+        # decayed hits and trials per cell, flat: cell = (source * N_DEPTHS + depth bucket)
+        # * N_BINS + q bin
+        self._hits = np.zeros(max(len(SOURCE_NAMES), 8) * CELLS_PER_SOURCE)
         self._trials = np.zeros_like(self._hits)
         # per cell: the two CUSUM statistics of the change test (see `record_trials`), in
         # nats: evidence that the rate rose (a copy began) and that it fell (it ended)
@@ -62,7 +75,7 @@ class AcceptanceStats:
         self._cusum_fall = np.zeros_like(self._hits)
         # per source: decayed hits and the sum of the raw q of the same trials (the hits the
         # source promised); their ratio scales the prior of every cell of that source
-        self._src_hits = np.zeros(len(self._hits) // N_BINS)
+        self._src_hits = np.zeros(len(self._hits) // CELLS_PER_SOURCE)
         self._src_promised = np.zeros_like(self._src_hits)
         # per depth (index 0 unused, k_max + 1 also holds anything deeper): decayed hits and
         # trials, as deep as the depths tried so far (grown on demand, never sized by k_max)
@@ -78,16 +91,22 @@ class AcceptanceStats:
         self.steps = 0  # steps observed
 
     def cells(
-        self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]
+        self,
+        q: npt.NDArray[np.float32],
+        sources: npt.NDArray[np.int8],
+        depth: npt.NDArray[np.int32],
     ) -> npt.NDArray[np.intp]:
         """Flat calibration cell of each node (maybe past the arrays: a source never tried)."""
-        return sources.astype(np.intp) * N_BINS + np.searchsorted(Q_EDGES, q, side="right")
+        bucket = np.minimum(depth.astype(np.intp), N_DEPTHS) - 1
+        return (sources.astype(np.intp) * N_DEPTHS + bucket) * N_BINS + np.searchsorted(
+            Q_EDGES, q, side="right"
+        )
 
     def _grow(self, top_source: int) -> None:
         """Room for the cells of sources up to `top_source` (one past those seen so far)."""
         more = top_source + 1 - len(self._src_hits)
         if more > 0:
-            grow = more * N_BINS
+            grow = more * CELLS_PER_SOURCE
             self._hits = np.concatenate([self._hits, np.zeros(grow)])
             self._trials = np.concatenate([self._trials, np.zeros(grow)])
             self._cusum_rise = np.concatenate([self._cusum_rise, np.zeros(grow)])
@@ -95,10 +114,15 @@ class AcceptanceStats:
             self._src_hits = np.concatenate([self._src_hits, np.zeros(more)])
             self._src_promised = np.concatenate([self._src_promised, np.zeros(more)])
 
-    def calibrated(self, q: npt.NDArray[np.float32], sources: npt.NDArray[np.int8]) -> Floats:
-        """q' of each node: its source's recent record at its level of confidence.
+    def calibrated(
+        self,
+        q: npt.NDArray[np.float32],
+        sources: npt.NDArray[np.int8],
+        depth: npt.NDArray[np.int32],
+    ) -> Floats:
+        """q' of each node: its source's recent record at its level of confidence and depth.
 
-        Two levels: a cell (source, q bin) with trials follows its own hit rate; its prior,
+        Two levels: a cell (source, depth bucket, q bin) with trials follows its own hit rate; its prior,
         worth `prior_trials` trials, is the raw q scaled by how well the source as a whole
         kept its promises lately (hits / sum of q over its recent trials, all bins pooled).
         A source that claims 0.9 and is right a third of the time is then doubted in every
@@ -108,7 +132,7 @@ class AcceptanceStats:
         has no evidence: q' is its own q (capped below 1 like every prior).
         """
         src = sources.astype(np.intp)
-        cells = self.cells(q, sources)
+        cells = self.cells(q, sources, depth)
         src_hits, promised = _lookup(self._src_hits, src), _lookup(self._src_promised, src)
         hits, trials = _lookup(self._hits, cells), _lookup(self._trials, cells)
         k = self.config.source_prior_trials
@@ -163,7 +187,8 @@ class AcceptanceStats:
         per_cell: dict[int, list[int]] = {}
         per_depth: dict[int, list[int]] = {}
         for x, s, d, ok in zip(qs, srcs, depth.tolist(), won, strict=True):
-            counts = per_cell.setdefault(s * N_BINS + bisect_right(_Q_EDGES_LIST, x), [0, 0])
+            cell = (s * N_DEPTHS + min(d, N_DEPTHS) - 1) * N_BINS + bisect_right(_Q_EDGES_LIST, x)
+            counts = per_cell.setdefault(cell, [0, 0])
             counts[0] += 1
             counts[1] += ok
             counts = per_depth.setdefault(min(d, cap), [0, 0])
@@ -190,7 +215,7 @@ class AcceptanceStats:
             if rise > CHANGE_NATS or fall > CHANGE_NATS:
                 keep *= CHANGE_KEEP
                 rise = fall = 0.0
-                s = i // N_BINS  # the source's record is from the old regime: drop it
+                s = i // CELLS_PER_SOURCE  # the source's record is from the old regime: drop it
                 self._src_hits[s] = self._src_promised[s] = 0.0
             cusum_rise[i], cusum_fall[i] = max(rise, 0.0), max(fall, 0.0)
             hits[i] = h * keep + w
@@ -231,8 +256,8 @@ class AcceptanceStats:
     @property
     def source_rate(self) -> dict[str, float]:
         """P(accepted | reached) per source that has recent trials."""
-        hits = self._hits.reshape(-1, N_BINS).sum(axis=1)
-        trials = self._trials.reshape(-1, N_BINS).sum(axis=1)
+        hits = self._hits.reshape(-1, CELLS_PER_SOURCE).sum(axis=1)
+        trials = self._trials.reshape(-1, CELLS_PER_SOURCE).sum(axis=1)
         out = {}
         for s in np.flatnonzero(trials > 1e-9):
             name = SOURCE_NAMES[s] if s < len(SOURCE_NAMES) else f"source{s}"

@@ -113,7 +113,7 @@ class Controller:
     def expected_tokens(self, draft: Draft, n: int | None = None) -> Floats:
         """E[tokens of a step] verifying the first k nodes, for k = 0..n: 1 + sum of P'."""
         n = len(draft) if n is None else min(n, len(draft))
-        q = self.stats.calibrated(draft.q[:n], draft.sources[:n])
+        q = self.stats.calibrated(draft.q[:n], draft.sources[:n], draft.depth[:n])
         out = np.empty(n + 1)
         out[0] = 1.0
         np.cumsum(path_probs(q, draft.parents[:n], draft.depth[:n]), out=out[1:])
