@@ -37,7 +37,7 @@ class ControlConfig:
     probe_nodes: int = 2
     # Steps in the rolling alpha; its EMA uses the matching rate 2 / (window + 1).
     window: int = 32
-    # Trials: each (source, q bin) calibration cell weighs its own trials with an
+    # Trials: each (source, depth, q bin) calibration cell weighs its own trials with an
     # exponential window about this long. Longer is steadier; a change test (see
     # `AcceptanceStats.record_trials`) drops the history when the text changes regime.
     calib_window: float = 30.0
