@@ -58,10 +58,10 @@ class AcceptanceStats:
     calibration of the sources' own estimates q.
 
     A node is a trial when it was "reached" (its parent was accepted, or it hangs below the
-    root); it succeeds when it is accepted. Trials are binned by (source, q bin); a cell's
+    root); it succeeds when it is accepted. Trials are binned by (source, depth, q bin) (the
+    depth bucket: a draft's first node, or a node past it: `N_DEPTHS`); a cell's
     decayed counts (hits h, trials n) give q' = (h + c q) / (n + c), the mean of a Beta
-    posterior whose prior, worth c trials, is centred on the node's raw q. Each source's
-    cells are also split by depth (a draft's first node, the nodes past it: `N_DEPTHS`).
+    posterior whose prior, worth c trials, is centred on the node's raw q.
     """
 
     def __init__(self, config: ControlConfig) -> None:
@@ -123,11 +123,11 @@ class AcceptanceStats:
     ) -> Floats:
         """q' of each node: its source's recent record at its level of confidence and depth.
 
-        Two levels: a cell (source, depth bucket, q bin) with trials follows its own hit rate; its prior,
-        worth `prior_trials` trials, is the raw q scaled by how well the source as a whole
-        kept its promises lately (hits / sum of q over its recent trials, all bins pooled).
-        A source that claims 0.9 and is right a third of the time is then doubted in every
-        bin at once, not bin by bin. The trust is at most 1 (a cell learns on its own that
+        Two levels: a cell (source, depth bucket, q bin) with trials follows its own hit
+        rate; its prior, worth `prior_trials` trials, is the raw q scaled by how well the
+        source as a whole kept its promises lately (hits / sum of q over its recent trials,
+        all bins pooled). A source that claims 0.9 and is right a third of the time is then
+        doubted in every bin at once, not bin by bin. The trust is at most 1 (a cell learns on its own that
         its source is too modest), fades back to 1 with the rest of the evidence, and
         returns to 1 at once when a cell of its source changes regime. A source never tried
         has no evidence: q' is its own q (capped below 1 like every prior).
