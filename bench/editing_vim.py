@@ -3,6 +3,7 @@
     python -m bench.editing_vim --llama-server PATH          # 4 sessions, 64 requests per server
     python -m bench.editing_vim --quick --llama-server PATH  # one session of 2 lines, a smoke run
     python -m bench.editing_vim --servers lookahead          # lookahead serve alone
+    python -m bench.editing_vim --servers lookahead --variant 'k16=--k-max 16'  # two settings, paired
     python -m bench.editing_vim --servers lookahead,llama-server,lookahead-no-idle --llama-server PATH
                                                              # and `serve --idle-tokens 0` beside them
 
@@ -28,6 +29,14 @@ runs beside another server's request), the next server's. `lookahead serve` with
 flags (`--lookahead-args` to add
 some) and `llama-server` with the flags llama.vim's documentation recommends (`-ub 1024 -b 1024
 --ctx-size 0 --cache-reuse 256`) and the same threads (`--threads`, default every usable CPU).
+
+`--variant NAME=FLAGS` adds one more `lookahead serve` with those flags (a drafting setting to
+try): every server is compared with the first one request by request (wall time, prefill,
+decode speed). A sampled request's text moves from run to run, and the medians of separate
+runs with it; both servers of a pair draw with the same seed, so where they were sent the same
+request (most quick requests; a follow-up is built from each server's own suggestion) they
+write the same text, up to a batched kernel moving a draw, and the ratio compares the settings
+alone.
 
 Per request: its kind, the wall time the editor waits (sending to the answer), prompt tokens
 prefilled (`timings.prompt_n`) and reused from the cache (`timings.cache_n`), decode speed
@@ -265,6 +274,9 @@ def summarize(records: list[Record], names: list[str]) -> dict[str, Any]:
                     "same_request": sum(a.body == b.body for a, b in pairs),
                     "wall_ratio_p50": float(np.median([a.wall_s / b.wall_s for a, b in pairs])),
                     "prefilled_ratio_p50": float(np.median([(a.prefilled + 1) / (b.prefilled + 1) for a, b in pairs])),
+                    # decode speed, where both wrote 2 tokens or more (above 1: the first is faster)
+                    "decode_ratio_p50": pct([a.decode_tps / b.decode_tps for a, b in pairs
+                                             if min(a.predicted, b.predicted) > 1 and b.decode_tps > 0], 50),
                 }
         out[key] = row
     return out
@@ -293,16 +305,18 @@ def markdown(out: dict[str, Any]) -> str:
         for name, v in row.items():
             if " / " in name:
                 ratios.append(f"| {group} | {name} | {v['pairs']} ({v['same_request']} the same) | "
-                              f"{v['wall_ratio_p50']:.2f} | {v['prefilled_ratio_p50']:.2f} |")  # fmt: skip
+                              f"{v['wall_ratio_p50']:.2f} | {v['prefilled_ratio_p50']:.2f} | "
+                              f"{v.get('decode_ratio_p50', float('nan')):.2f} |")  # fmt: skip
                 continue
             acc = f"{v['accepted']}/{v['drafted']}" if v["drafted"] else "-"
             lines.append(f"| {group} | {name} | {v['requests']} | {v['wall_p50_s']:.2f} | {v['prefilled_p50']:.0f} | "
                          f"{v['cached_p50']:.0f} | {v['decode_tps_p50']:.1f} | {acc} |")  # fmt: skip
     if ratios:
-        lines += ["", "Request by request (median of the ratios; below 1: the first server is faster or "
-                      "prefills less; the prefill ratio counts one token more on each side):", "",
-                  "| requests | servers | pairs | wall time ratio | prefilled ratio |",
-                  "| --- | --- | --- | --- | --- |", *ratios]  # fmt: skip
+        lines += ["", "Request by request (median of the ratios; wall time and prefill below 1: the first "
+                      "server is faster or prefills less, the prefill ratio counting one token more on each "
+                      "side; decode speed above 1: the first server decodes faster):", "",
+                  "| requests | servers | pairs | wall time ratio | prefilled ratio | decode speed ratio |",
+                  "| --- | --- | --- | --- | --- | --- |", *ratios]  # fmt: skip
     if out["cut_by_time_limit"]:
         lines += [
             "",
@@ -325,6 +339,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extra", type=int, default=2, help="ring chunks (other files opened before)")
     p.add_argument("--threads", type=int, default=0, help="llama-server's threads (0: every usable CPU)")
     p.add_argument("--lookahead-args", default="", help="flags added to `lookahead serve` (e.g. '-t 2')")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                   help="one more `lookahead serve` with these flags added, compared request by request with "
+                        "the first server (e.g. 'k16=--k-max 16'); repeatable")
     p.add_argument("--llama-server-args", default="",
                    help="flags added to llama-server (e.g. '--no-repack' where its AMX buffers crash)")
     p.add_argument("--time-limit", type=float, default=3600, help="seconds after which no new line is started")
@@ -334,10 +351,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def variants(specs: list[str]) -> dict[str, list[str]]:
+    """`--variant NAME=FLAGS` options: name -> the flags added to `lookahead serve`."""
+    out: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, flags = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or "," in name or name in SERVERS or name in out:
+            raise SystemExit(f"--variant wants NAME=FLAGS with a new name, got {spec!r}")
+        out[name] = shlex.split(flags)
+    return out
+
+
 def commands(names: list[str], args: argparse.Namespace, model: Path, threads: int) -> dict[str, list[str]]:
+    extra = variants(args.variant)
     out = {}
     for name in names:
-        if name.startswith("lookahead"):
+        if name in extra:
+            out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model,
+                         *shlex.split(args.lookahead_args), *extra[name]]  # fmt: skip
+        elif name.startswith("lookahead"):
             plain = {"lookahead-plain": ["--no-spec"], "lookahead-no-idle": ["--idle-tokens", "0"]}.get(name, [])
             out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model, *plain,
                          *shlex.split(args.lookahead_args)]  # fmt: skip
@@ -367,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     if bad := [n for n in names if n not in SERVERS]:
         raise SystemExit(f"unknown server {bad[0]!r}; choose from {', '.join(SERVERS)}")
+    names += list(variants(args.variant))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     threads = args.threads or cpus
     plan = vim_sessions([f for f in args.files.split(",") if f], args.lines, args.extra)

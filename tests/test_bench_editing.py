@@ -239,3 +239,25 @@ def test_vim_summary_pairs_requests_by_kind_and_position() -> None:
            "llama_server_version": "b1", "sessions": [], "cut_by_time_limit": False, "summary": got}  # fmt: skip
     md = vim_markdown(out)
     assert "CPU X" in md and "| quick, past line 256 | lookahead / llama-server | 1 (1 the same) | 2.00 |" in md
+
+
+def test_vim_variants_are_more_lookahead_servers_compared_request_by_request() -> None:
+    from bench.editing_vim import Record as VimRecord
+    from bench.editing_vim import commands, parse, variants
+    from bench.editing_vim import summarize as vim_summarize
+
+    args = parse(["--servers", "lookahead", "--variant", "k16=--k-max 16", "--lookahead-args", "-t 2"])
+    assert variants(args.variant) == {"k16": ["--k-max", "16"]}
+    cmd = commands(["lookahead", "k16"], args, Path("m.gguf"), 2)["k16"]
+    assert cmd[-6:] == ["--model", "qwen2.5-coder-0.5b", "-t", "2", "--k-max", "16"]
+    for bad in (["nameless"], ["=--k-max 16"], ["lookahead=-t 1"], ["a=-t 1", "a=-t 2"]):
+        with pytest.raises(SystemExit):
+            variants(bad)
+
+    def rec(server: str, line: int, tps: float, predicted: int = 10) -> VimRecord:
+        return VimRecord(server, "f.py:1", line, "quick", False, 1.0, 50, 100, tps, predicted, 0, 0, 0, "x", "q")
+
+    records = [rec("lookahead", 0, 40.0), rec("lookahead", 1, 50.0), rec("lookahead", 2, 10.0, predicted=1)]
+    records += [rec("k16", 0, 50.0), rec("k16", 1, 50.0), rec("k16", 2, 90.0, predicted=1)]
+    pair = vim_summarize(records, ["lookahead", "k16"])["quick, before line 256"]["lookahead / k16"]
+    assert pair["decode_ratio_p50"] == pytest.approx(0.9)  # (0.8 + 1.0) / 2: one-token answers left out
