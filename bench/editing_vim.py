@@ -367,13 +367,10 @@ def commands(names: list[str], args: argparse.Namespace, model: Path, threads: i
     extra = variants(args.variant)
     out = {}
     for name in names:
-        if name in extra:
-            out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model,
-                         *shlex.split(args.lookahead_args), *extra[name]]  # fmt: skip
-        elif name.startswith("lookahead"):
-            plain = {"lookahead-plain": ["--no-spec"], "lookahead-no-idle": ["--idle-tokens", "0"]}.get(name, [])
-            out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model, *plain,
-                         *shlex.split(args.lookahead_args)]  # fmt: skip
+        if name.startswith("lookahead") or name in extra:
+            own = {"lookahead-plain": ["--no-spec"], "lookahead-no-idle": ["--idle-tokens", "0"]}.get(name, [])
+            out[name] = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", args.model, *own,
+                         *shlex.split(args.lookahead_args), *extra.get(name, [])]  # fmt: skip
         elif args.llama_server is None:
             raise SystemExit("llama-server needs --llama-server PATH (a llama-server binary)")
         else:
