@@ -127,9 +127,9 @@ class AcceptanceStats:
         rate; its prior, worth `prior_trials` trials, is the raw q scaled by how well the
         source as a whole kept its promises lately (hits / sum of q over its recent trials,
         all bins pooled). A source that claims 0.9 and is right a third of the time is then
-        doubted in every bin at once, not bin by bin. The trust is at most 1 (a cell learns on its own that
-        its source is too modest), fades back to 1 with the rest of the evidence, and
-        returns to 1 at once when a cell of its source changes regime. A source never tried
+        doubted in every bin at once, not bin by bin. The trust is at most 1 (a cell learns
+        on its own that its source is too modest), fades back to 1 with the rest of the
+        evidence, and returns to 1 at once when a cell of its source changes regime. A source never tried
         has no evidence: q' is its own q (capped below 1 like every prior).
         """
         src = sources.astype(np.intp)
