@@ -184,6 +184,7 @@ class BatchWorker(WorkerBase):
             if running is None or running.cancelled.is_set():
                 continue  # a cancelled job is dropped before the next step
             job = running
+            job.stops_at(event)  # the route's own stop: the job is dropped before the next step
             job.emit(event)
             if isinstance(event, Done):
                 self._done(job, event.result)

@@ -38,7 +38,6 @@ class Generation:
     owner: str = ""  # whose cached KV cells it may reuse (`jobs.cache_owner`)
     on_done: Callable[[Job, Sequence[int]], None] | None = None  # how it is remembered (`admit.remembering`)
     predicted: list[int] | None = None  # OpenAI's Predicted Output, tokenized
-    paced: bool = False  # its route may stop it after any step (`Job.paced`)
     slot: int = -1  # the slot it asks for (llama.cpp's `id_slot`; -1: any), `Job.slot`
 
 
@@ -61,7 +60,6 @@ def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop,
             cache_prompt=keeps_prompt(g.cache_prompt, choices),
             progress=g.progress,
             owner=g.owner,
-            paced=g.paced,
             slot=g.slot,
         )
         for g in generations

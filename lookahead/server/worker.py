@@ -135,14 +135,13 @@ class Worker(WorkerBase):
                     # the cache settled and the gauges set before the client hears the end,
                     # so what it reads from /metrics next includes this request
                     self._settle(job, events)
+                stop = job.stops_at(event)  # the route's own stop, decided here: no next step
                 job.emit(event)
                 if isinstance(event, Done):
                     self._done(job, event.result)
-                elif job.paced and isinstance(event, Step):
-                    job.wait_ack()  # the route may stop it here: do not start the next step first
-                    if job.cancelled.is_set():
-                        self._cancelled(job)
-                        break
+                elif stop:
+                    self._cancelled(job)
+                    break
         except Interrupted:  # in the prompt's prefill: nothing written yet
             self._cancelled(job)
         except LookaheadError as exc:

@@ -128,10 +128,6 @@ def generation_of(
         owner=owner,
         on_done=on_done,
         slot=body.id_slot,
-        # the editor's stops (`run.Watch`) decide after each step whether there is another;
-        # not for a stream, whose route reads a step only once the client took the last one
-        # (a client that reads slowly must not hold the worker)
-        paced=(body.n_indent > 0 or body.t_max_predict_ms > 0) and not body.stream,
     )
 
 

@@ -224,6 +224,12 @@ async def answer(
     generations = [generation_of(p, body, sampling, draft, cache_owner(caller), on_done) for p in prepared]
     # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
     jobs = jobs_for(generations, loop, choices=body.completions())
+    # each job's llama.cpp stops, made before it queues: the worker takes its steps through
+    # them (`Job.on_step`), and the prompt's time runs from here
+    watches = {id(job): Watch(body.n_indent, body.t_max_predict_ms) for job in jobs}
+    for job in jobs:
+        if watches[id(job)].stops:
+            job.on_step = watches[id(job)].decide
     try:
         with admission():  # a 429 part-way cancels what this request already queued
             for job in jobs:
@@ -234,10 +240,9 @@ async def answer(
         raise
 
     def follow_job(job: Job, p: Prepared, stream: bool) -> AsyncIterator[Any]:
-        watch = Watch(body.n_indent, body.t_max_predict_ms)
         return follow(
             job,
-            watch,
+            watches[id(job)],
             stops=body.stops(),
             detokenize=lambda toks: text_of(model, toks),
             request=None if stream else request,

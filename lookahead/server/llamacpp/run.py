@@ -46,6 +46,31 @@ class Watch:
         self.stats = Stats()
         self.sent = 0  # characters of `text` handed out so far
         self.stopped = False  # a stop of ours fired: the job must end here
+        # steps the worker took (`decide`) that the route has not read yet: id -> (text, stopped)
+        self._decided: dict[int, tuple[str, bool]] = {}
+
+    @property
+    def stops(self) -> bool:
+        """Whether this request has a stop of llama.cpp's own that a step may fire."""
+        return self.n_indent > 0 or self.t_max_predict_ms > 0
+
+    def decide(self, step: Step) -> bool:
+        """The worker's side (`Job.on_step`), on its thread, before it emits `step`: take the
+        step; whether a stop fired at it. The route then reads what it decided (`take`)."""
+        text = self.step(step)
+        self._decided[id(step)] = (text, self.stopped)
+        return self.stopped
+
+    def take(self, step: Step) -> tuple[str, bool]:
+        """The route's side: the text to hand out for `step` and whether the job stops at it,
+        as the worker decided it, or taken here for a job without `decide`. Read from what
+        was decided for this step, never from `stopped`: by then the worker may be taking
+        the next one."""
+        decided = self._decided.pop(id(step), None)
+        if decided is not None:
+            return decided
+        text = self.step(step)
+        return text, self.stopped
 
     def step(self, step: Step) -> str:
         """Take one verify step; the text to hand out now (cut short if a stop fired)."""
@@ -140,14 +165,12 @@ async def follow(
                 if isinstance(item, Progress):  # only a request with return_progress gets these
                     yield item
                 elif isinstance(item, Step):
-                    text = watch.step(item)
-                    if watch.stopped:
+                    text, stopped = watch.take(item)
+                    if stopped:
                         job.stop_here()  # ended here, as an answer: the worker remembers it
-                    else:
-                        job.ack()  # a paced job's worker waits for this before its next step
                     if text or item.tokens:
                         yield text, list(item.tokens), item.probs
-                    if watch.stopped:
+                    if stopped:
                         yield watch.outcome("limit", probs=tuple(watch.probs))
                         return
                 elif isinstance(item, Done):
