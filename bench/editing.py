@@ -103,6 +103,9 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.log: IO[str] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        # set to a list to keep each /infill request sent and its answer, with the tokens
+        # written (bench/vim_replay.py records a session this way)
+        self.answers: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
 
     def headers(self, repeat: int) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[repeat]}"} if self.keys else {}

@@ -130,11 +130,15 @@ def vim_sessions(files: list[str], n_lines: int, n_extra: int) -> list[VimSessio
 
 
 def post(srv: Server, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    if srv.answers is not None:  # recorded: the answer also brings the tokens written
+        body = {**body, "return_tokens": True, "response_fields": [*body.get("response_fields", []), "tokens"]}
     t0 = time.perf_counter()
     r = httpx.post(srv.url + "/infill", json=body, timeout=600)
     wall = time.perf_counter() - t0
     if r.status_code != 200:
         raise RuntimeError(f"{srv.name}: HTTP {r.status_code}: {r.text[:300]}")
+    if srv.answers is not None:
+        srv.answers.append((body, r.json()))
     return r.json(), wall
 
 

@@ -1,0 +1,163 @@
+"""llama.vim's requests replayed through the drafter and controller, in seconds.
+
+    python -m bench.vim_replay --record        # record a session from `serve --no-spec` (minutes)
+    python -m bench.vim_replay                 # replay it (seconds)
+    python -m bench.vim_replay --config min_gain=1.25
+
+`--record` runs `bench/editing_vim.py`'s sessions (llama.vim's quick requests, follow-ups and
+requests after Tab, its samplers, seeds per new line) against one `lookahead serve --no-spec`
+and keeps every /infill request sent, in order, with the tokens each answer wrote, and this
+machine's calibrated cost curve: `bench/results/vim-session-requests.json.gz`.
+
+The replay rebuilds each prompt and its draft sources as the server does (`prepare`, with
+the cache holding the last request's prompt, where the FIM prefix window may stay put) and
+runs the engine over it with one controller for the whole session, as a server learns
+across requests: a drafted token is accepted when it is the token the answer wrote (with
+the same seed, the draw does not depend on the drafts: `lookahead.core.sampling`). Time is
+modeled with the stored curve at the cells in use, so a replay is the same on every machine
+and every run. Per kind of request: the geomean of plain decoding's modeled time over the
+drafted one's, and the ratio of the kind's total times.
+
+Where `bench/fim_replay.py` repeats the same cursor places with several seeds, this follows
+an editing session: a new line's quick request meets drafts offered by what the last
+requests left, as the service meets them. Its per-source acceptance matched a live trace on
+the same requests (the quick requests' `record` drafts were right at their first token about
+half the time, against a calibrated 0.8). The clock leaves out the Python side of a step;
+measure speed with `bench/editing_vim.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.editing import Server, _free_port
+from bench.editing_vim import FILES, run, vim_sessions
+from bench.provenance import git_commit
+from bench.replay import TruthVerifier, _config, modeled_clock
+from lookahead.api import Model, load
+from lookahead.backend.probe import cpu_model
+from lookahead.core.control import CostModel
+from lookahead.core.draft_state import DraftConfig
+from lookahead.core.engine import Done, GenerationConfig, generate
+from lookahead.server.llamacpp.prepare import prepare
+from lookahead.server.llamacpp.schemas import InfillRequest
+
+RECORDED = Path(__file__).parent / "results" / "vim-session-requests.json.gz"
+FIM_BATCH = 1024  # `serve`'s default -b, the FIM part of a prompt
+
+
+def kind_of(body: dict[str, Any], recorded: str) -> str:
+    """A request's kind: `warm-up` (the ring's n_predict 0), else the kind the session gave."""
+    return "warm-up" if body.get("n_predict") == 0 else recorded
+
+
+def record(model_name: str, lines: int, out: Path) -> None:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", model_name, "--no-spec", "--port", str(port)]
+    srv = Server("lookahead-plain", cmd, port)
+    srv.answers = []
+    t0 = time.monotonic()
+    try:
+        srv.wait_ready(600)
+        n_ctx = httpx.get(srv.url + "/props", timeout=10).json()["default_generation_settings"]["n_ctx"]
+        records, _ = run([srv], vim_sessions(list(FILES), lines, 2), lambda m: print(m, flush=True), t0 + 7200, 1)
+    finally:
+        srv.stop()
+    kinds = iter(r.kind for r in records)
+    requests = []
+    for body, ans in srv.answers:
+        kind = kind_of(body, "" if body.get("n_predict") == 0 else next(kinds))
+        timings = ans.get("timings", {})
+        requests.append({"kind": kind, "body": body, "tokens": ans.get("tokens", []),
+                         "prompt_n": timings.get("prompt_n"), "cache_n": timings.get("cache_n")})  # fmt: skip
+    model = load(model_name)
+    calibration = model.tuning.calibrate()
+    data = {
+        "model": model_name, "machine": cpu_model(), "commit": git_commit(), "n_ctx": n_ctx,
+        "calibration": calibration, "slope": model.tuning.cost_slope, "requests": requests,
+    }  # fmt: skip
+    out.write_bytes(gzip.compress(json.dumps(data).encode()))
+    print(f"{len(requests)} requests -> {out}")
+
+
+def replay(model: Model, data: dict[str, Any], config: DraftConfig, verbose: bool = False) -> dict[str, list[float]]:
+    """Per kind, plain decoding's modeled time over the drafted one's, request by request
+    (and under "time <kind>", the two totals)."""
+    calibration = {int(k): v for k, v in data["calibration"].items()}
+    slope = {int(k): v for k, v in data["slope"].items()}
+    cost = modeled_clock(calibration, slope)
+    state = model.drafting
+    state.controllers.clear()
+    state.cost = CostModel(calibration, slope=slope)
+    cached: list[list[int]] = []
+    ratios: dict[str, list[float]] = defaultdict(list)
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for req in data["requests"]:
+        body = InfillRequest.model_validate(req["body"])
+        prepared = prepare(model, body, data["n_ctx"], None, FIM_BATCH, cached)
+        prompt, sources = prepared.tokens, prepared.sources
+        cached = [prompt]  # the cache holds this prompt for the next request's window
+        if req["prompt_n"] is not None and req["prompt_n"] + req["cache_n"] != len(prompt):
+            ratios["prompts rebuilt otherwise"].append(1.0)  # the server's prompt had another length
+        out = req["tokens"]
+        if len(out) < 2:
+            continue
+        v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
+        drafter, policy = None, None  # plain decoding when drafting is off
+        if config.enabled:
+            drafter, policy = state.drafter(config, extra=sources), state.policy(config)
+            policy.cost.cells = lambda v=v: v.n_used  # type: ignore[attr-defined]
+        result = None
+        for event in generate(
+            v, prompt, GenerationConfig(max_tokens=len(out)), drafter, policy, clock=lambda v=v: v.now
+        ):
+            if isinstance(event, Done):
+                result = event.result
+        assert result is not None and result.tokens == out
+        plain_s = sum(cost(1, len(prompt) + i) for i in range(len(out)))
+        kind = req["kind"]
+        ratios[kind].append(plain_s / result.stats.decode_s)
+        totals[kind][0] += plain_s
+        totals[kind][1] += result.stats.decode_s
+        if verbose:
+            print(f"{kind:10s} {len(out):4d} tokens {ratios[kind][-1]:5.2f}x  drafted {result.stats.drafted}")
+    for kind, (plain_s, drafted_s) in totals.items():
+        ratios[f"time {kind}"] = [plain_s / drafted_s]
+    return dict(ratios)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--record", action="store_true", help="record a session from `serve --no-spec` first")
+    ap.add_argument("--lines", type=int, default=6, help="new lines typed per session (--record)")
+    ap.add_argument("--file", type=Path, default=RECORDED)
+    ap.add_argument("--config", action="append", default=[], help="DraftConfig field=value")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    if args.record:
+        record(args.model, args.lines, args.file)
+    if not args.file.is_file():
+        raise SystemExit(f"no recorded session at {args.file}: run with --record first")
+    data = json.loads(gzip.decompress(args.file.read_bytes()))
+    ratios = replay(load(data["model"]), data, _config(args.config), args.verbose)
+    other = len(ratios.pop("prompts rebuilt otherwise", []))
+    every = [r for k, rs in ratios.items() if not k.startswith("time ") for r in rs]
+    parts = [f"{k} {statistics.geometric_mean(v):.3f} (time {ratios['time ' + k][0]:.3f}, {len(v)})"
+             for k, v in sorted(ratios.items()) if not k.startswith("time ")]  # fmt: skip
+    print(f"geomean {statistics.geometric_mean(every):.3f} over {len(every)} requests | " + " | ".join(parts))
+    print(f"recorded on {data['machine']} at {data['commit']}; {other} prompts rebuilt to another length")
+
+
+if __name__ == "__main__":
+    main()
