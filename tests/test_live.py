@@ -160,6 +160,13 @@ def test_ctrl_c_closes_the_generator_and_exits_130() -> None:
 COUNT = "Count from 1 to 200, separated by commas: 1, 2, 3, 4,"
 
 
+def _default_sigint() -> None:
+    """In the child before it starts: Ctrl-C's default action, as in a terminal. A runner
+    started as a background job ignores SIGINT, and an ignored signal stays ignored across
+    exec, so Python would install no KeyboardInterrupt for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_on_pty(args: list[str], interrupt_after: float | None = None, timeout: float = 240) -> tuple[int, str]:
     """`python -m lookahead.cli.main ARGS` with stdout and stderr on a pty (100 x 40); with
     `interrupt_after`, SIGINT that long after the live view first shows. Returns the exit
@@ -171,6 +178,7 @@ def run_on_pty(args: list[str], interrupt_after: float | None = None, timeout: f
     proc = subprocess.Popen(
         [sys.executable, "-m", "lookahead.cli.main", *args],
         cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     os.close(slave)
     data, seen, sent = b"", None, False
