@@ -23,7 +23,7 @@ import ast
 import json
 import math
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from lookahead.core.control import Controller, CostModel
 from lookahead.core.draft import Draft
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig, generate
+from lookahead.errors import UserError
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -143,11 +144,26 @@ def record(model: lookahead.Model, tasks: list[Task], max_tokens: int, path: Pat
 
 
 def _config(pairs: list[str]) -> DraftConfig:
+    """DraftConfig with `--config field=value` pairs (Python literals); a pair that names no
+    field or gives no valid value ends the command with a message saying which."""
+    known = {f.name for f in fields(DraftConfig)}
     values: dict[str, Any] = {}
     for pair in pairs:
-        key, _, text = pair.partition("=")
-        values[key.strip()] = ast.literal_eval(text.strip())
-    return replace(DraftConfig(), **values)
+        key, eq, text = pair.partition("=")
+        key = key.strip()
+        if not eq or key not in known:
+            names = ", ".join(sorted(known))
+            raise SystemExit(f"--config wants FIELD=VALUE with a DraftConfig field ({names}), got {pair!r}")
+        try:
+            values[key] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--config {pair!r}: the value is not a Python literal (e.g. 1.25, 2, True)") from None
+    try:
+        config = replace(DraftConfig(), **values)
+        config.control()  # the controller's own checks, now rather than mid-replay
+    except (TypeError, ValueError, UserError) as exc:
+        raise SystemExit(f"--config: {exc}") from None
+    return config
 
 
 def modeled_clock(calibration: dict[int, float], slope: dict[int, float]) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.replay import TruthVerifier, oracle_choice
+from bench.replay import TruthVerifier, _config, oracle_choice
 from lookahead.core.control import ControlConfig, Controller, CostModel
 from lookahead.core.engine import Done, GenerationConfig, generate
 from lookahead.core.propose import Proposer
@@ -58,3 +58,19 @@ def test_oracle_is_at_least_as_fast() -> None:
     tokens, _, oracle_time, _ = run(oracle=True)
     assert tokens == TRUTH
     assert oracle_time <= run()[2] + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("pair", "says"),
+    [("bogus=1", "DraftConfig field"), ("min_gain", "FIELD=VALUE"), ("min_gain=abc", "not a Python literal"),
+     ("min_gain=-1", "min_gain"), ("k_max=0", "k_max")],
+)  # fmt: skip
+def test_a_bad_config_pair_ends_the_command_saying_which(pair: str, says: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _config([pair])
+    assert says in str(exc.value.code)
+
+
+def test_config_pairs_set_their_fields() -> None:
+    config = _config(["min_gain=1.3", "branches=1"])
+    assert (config.min_gain, config.branches) == (1.3, 1)
