@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.request import Done, Result, Stats, Step
 from lookahead.core.sampling import SamplingConfig
+from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.jobs import END, Job
 from lookahead.server.llamacpp.run import Watch
 from lookahead.server.metrics import Metrics
@@ -101,3 +104,50 @@ def test_a_step_the_worker_did_not_take_is_taken_by_the_route() -> None:
     watch = Watch(n_indent=4)
     assert watch.take(step([1], "    a = 1")) == ("    a = 1", False)
     assert watch.take(step([2], "\nb = 2")) == ("\n", True)  # a line indented less ends it
+
+
+def _events_until_end(loop: asyncio.AbstractEventLoop, job: Job, seconds: float = 60.0) -> list[object]:
+    events: list[object] = []
+    t0 = time.monotonic()
+    while not events or events[-1] is not END:
+        assert time.monotonic() - t0 < seconds, "the job did not end"
+        loop.run_until_complete(asyncio.sleep(0.01))  # deliver what the worker queued
+        while not job.events.empty():
+            events.append(job.events.get_nowait())
+    return events
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_stop_rule_that_fails_fails_its_request_alone(smol_model: Any, parallel: int) -> None:
+    """A bug in a request's stop rule, now run on the worker's thread, fails that request; the
+    worker (one request at a time, or the batch) goes on serving the others."""
+    loop = asyncio.new_event_loop()
+    worker = (
+        Worker(smol_model, Metrics(), max_queue=4) if parallel == 1
+        else BatchWorker(smol_model, Metrics(), max_queue=4, parallel=parallel)
+    )  # fmt: skip
+    tokens = smol_model.prompt_tokens("1, 2, 3, 4,", False)
+
+    def job() -> Job:
+        return Job(tokens=tokens, max_tokens=6, stop=(), sampling=SamplingConfig(), draft=DraftConfig(enabled=False),
+                   sources=(), loop=loop)  # fmt: skip
+
+    def broken(step: Step) -> bool:
+        raise RuntimeError("a bug in the stop rule")
+
+    try:
+        bad, good = job(), job()
+        bad.on_step = broken
+        worker.submit(bad)
+        worker.submit(good)
+        bad_events, good_events = _events_until_end(loop, bad), _events_until_end(loop, good)
+        assert any(isinstance(e, RuntimeError) for e in bad_events)
+        assert not any(isinstance(e, Done) for e in bad_events)
+        assert isinstance(good_events[-2], Done) and good_events[-2].result.tokens
+        after = job()  # the worker is still there for the next request
+        worker.submit(after)
+        assert isinstance(_events_until_end(loop, after)[-2], Done)
+    finally:
+        worker.close(5)
+        loop.close()

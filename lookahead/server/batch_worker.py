@@ -184,7 +184,13 @@ class BatchWorker(WorkerBase):
             if running is None or running.cancelled.is_set():
                 continue  # a cancelled job is dropped before the next step
             job = running
-            job.stops_at(event)  # the route's own stop: the job is dropped before the next step
+            try:
+                job.stops_at(event)  # the route's own stop: the job is dropped before the next step
+            except Exception as exc:  # a bug in it: this request fails, the batch goes on
+                log.exception("a request's stop rule failed")
+                job.emit(exc)
+                job.cancel()  # dropped before the next step
+                continue
             job.emit(event)
             if isinstance(event, Done):
                 self._done(job, event.result)
