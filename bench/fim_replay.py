@@ -30,11 +30,10 @@ import sysconfig
 from pathlib import Path
 
 from bench.fim_drafts import llama_vim_sampling, no_end, places
-from bench.replay import TruthVerifier, _config, modeled_clock
+from bench.replay import _config, modeled_clock, replay_request
 from lookahead.api import load
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
-from lookahead.core.engine import Done, GenerationConfig, generate
 from lookahead.server.fim import fim_tokens_and_sources
 
 OUTPUTS = Path(__file__).parent / "results" / "fim-sampled-outputs.json"
@@ -72,24 +71,17 @@ def replay(model, config: DraftConfig, verbose: bool = False) -> list[float]:
     made = dict(requests(model, stored["tokens"]))
     state = model.drafting
     state.controllers.clear()
+    state.cost = CostModel(calibration, slope=slope)
     ratios = []
     tokens_drafting = plain_steps_drafting = 0.0
     for run in stored["runs"]:
         out = run["tokens"]
         prompt, sources = made[run["place"]]()
-        v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
-        state.cost = CostModel(calibration, slope=slope, cells=lambda v=v: v.n_used)
-        drafter, policy = state.drafter(config, extra=sources), state.policy(config)
-        result = None
-        steps = generate(v, prompt, GenerationConfig(max_tokens=len(out)), drafter, policy, clock=lambda v=v: v.now)
-        for event in steps:
-            if isinstance(event, Done):
-                result = event.result
-            elif event.drafted:
-                tokens_drafting += len(event.tokens)
-                plain_steps_drafting += event.verify_s / cost(1, len(prompt) + 1)
-        assert result is not None and result.tokens == out
-        plain_s = sum(cost(1, len(prompt) + i) for i in range(len(out)))
+        result, plain_s, steps = replay_request(model, prompt, out, config, cost, sources)
+        for step in steps:
+            if step.drafted:
+                tokens_drafting += len(step.tokens)
+                plain_steps_drafting += step.verify_s / cost(1, len(prompt) + 1)
         ratios.append(plain_s / result.stats.decode_s)
         if verbose:
             print(f"{run['place']:28s} seed {run['seed']} {ratios[-1]:5.2f}x steps {result.stats.steps}")

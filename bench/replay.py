@@ -23,6 +23,7 @@ import ast
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,10 @@ from lookahead.core.control import Controller, CostModel
 from lookahead.core.draft import Draft
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig, generate
+from lookahead.core.policy import Policy
+from lookahead.core.request import Drafter, Result, Step
 from lookahead.errors import UserError
+from lookahead.index.base import DraftSource
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -179,6 +183,42 @@ def modeled_clock(calibration: dict[int, float], slope: dict[int, float]) -> Any
     return cost
 
 
+def drafting_for(
+    model: lookahead.Model, config: DraftConfig, v: TruthVerifier, sources: Sequence[DraftSource] = ()
+) -> tuple[Drafter | None, Policy | None]:
+    """The drafter and policy `model.drafting` gives `config` for one replayed request, as a
+    server builds them (a controller learned so far carries over), its cost model pricing the
+    cells of this request's verifier `v`; (None, None) for plain decoding. The controller is
+    cached across requests, so its cost model is pointed at each request's verifier here:
+    left as first built, it would price every later request at the first one's cells."""
+    if not config.enabled:
+        return None, None
+    drafter, policy = model.drafting.drafter(config, extra=sources), model.drafting.policy(config)
+    if isinstance(policy, Controller):
+        policy.cost.cells = lambda: v.n_used
+    return drafter, policy
+
+
+def replay_request(
+    model: lookahead.Model, prompt: Sequence[int], out: list[int], config: DraftConfig, cost: Any,
+    sources: Sequence[DraftSource] = (),
+) -> tuple[Result, float, list[Step]]:
+    """One request replayed: the engine over `prompt`, accepting exactly the tokens `out`
+    (`TruthVerifier`), time modeled by `cost(n, cells)`. Returns the Result, plain decoding's
+    modeled seconds for the same tokens (one per step, the cache one cell deeper each), and
+    the steps."""
+    v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
+    drafter, policy = drafting_for(model, config, v, sources)
+    result, steps = None, []
+    for event in generate(v, prompt, GenerationConfig(max_tokens=len(out)), drafter, policy, clock=lambda: v.now):
+        if isinstance(event, Done):
+            result = event.result
+        elif isinstance(event, Step):
+            steps.append(event)
+    assert result is not None and result.tokens == out, "the replay left the output"
+    return result, sum(cost(1, len(prompt) + i) for i in range(len(out))), steps
+
+
 def replay(
     model: lookahead.Model, tasks: list[Task], truth: dict[str, list[int]], config: DraftConfig,
     *, oracle: bool, shared: bool, verbose: bool, curve: dict[int, float] | None = None,
@@ -202,7 +242,7 @@ def replay(
         state.cost = CostModel(calibration, slope=slope, cells=lambda v=v: v.n_used)
         if not shared:
             state.controllers.clear()
-        drafter, policy = state.drafter(config), state.policy(config)
+        drafter, policy = drafting_for(model, config, v)
         if oracle and isinstance(policy, Controller):
             policy.choose = oracle_choice(  # type: ignore[method-assign]
                 policy, v, lambda n, v=v: cost(n, v.n_used + n)

@@ -44,12 +44,11 @@ import httpx
 from bench.editing import Server, _free_port
 from bench.editing_vim import FILES, run, vim_sessions
 from bench.provenance import git_commit
-from bench.replay import TruthVerifier, _config, modeled_clock
+from bench.replay import _config, modeled_clock, replay_request
 from lookahead.api import Model, load
 from lookahead.backend.probe import cpu_model
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
-from lookahead.core.engine import Done, GenerationConfig, generate
 from lookahead.server.llamacpp.prepare import prepare
 from lookahead.server.llamacpp.schemas import InfillRequest
 
@@ -113,19 +112,7 @@ def replay(model: Model, data: dict[str, Any], config: DraftConfig, verbose: boo
         out = req["tokens"]
         if len(out) < 2:
             continue
-        v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
-        drafter, policy = None, None  # plain decoding when drafting is off
-        if config.enabled:
-            drafter, policy = state.drafter(config, extra=sources), state.policy(config)
-            policy.cost.cells = lambda v=v: v.n_used  # type: ignore[attr-defined]
-        result = None
-        for event in generate(
-            v, prompt, GenerationConfig(max_tokens=len(out)), drafter, policy, clock=lambda v=v: v.now
-        ):
-            if isinstance(event, Done):
-                result = event.result
-        assert result is not None and result.tokens == out
-        plain_s = sum(cost(1, len(prompt) + i) for i in range(len(out)))
+        result, plain_s, _ = replay_request(model, prompt, out, config, cost, sources)
         kind = req["kind"]
         ratios[kind].append(plain_s / result.stats.decode_s)
         totals[kind][0] += plain_s

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.replay import TruthVerifier, _config, oracle_choice
+from bench.replay import TruthVerifier, _config, drafting_for, oracle_choice
 from lookahead.core.control import ControlConfig, Controller, CostModel
+from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig, generate
 from lookahead.core.propose import Proposer
 from lookahead.index.suffix import SuffixIndex
@@ -74,3 +75,21 @@ def test_a_bad_config_pair_ends_the_command_saying_which(pair: str, says: str) -
 def test_config_pairs_set_their_fields() -> None:
     config = _config(["min_gain=1.3", "branches=1"])
     assert (config.min_gain, config.branches) == (1.3, 1)
+
+
+@pytest.mark.model
+def test_the_servers_controller_prices_each_replayed_requests_own_cells(smol_model) -> None:  # type: ignore[no-untyped-def]
+    """A replay keeps one controller across requests, as a server does: its cost model reads
+    the cells of the request being replayed, not of the first one it was built for."""
+    state = smol_model.drafting
+    state.controllers.clear()
+    cost = lambda n, cells=0: 0.01 * n  # noqa: E731
+    first = TruthVerifier([1, 2], smol_model.backend.n_vocab, cost, smol_model.backend.token_bytes)
+    first.prefill([5] * 700)
+    _, policy = drafting_for(smol_model, DraftConfig(), first)
+    later = TruthVerifier([1, 2], smol_model.backend.n_vocab, cost, smol_model.backend.token_bytes)
+    later.prefill([5] * 30)
+    _, again = drafting_for(smol_model, DraftConfig(), later)
+    assert again is policy  # the same controller, learning across requests
+    assert isinstance(again, Controller) and again.cost.cells is not None and again.cost.cells() == 30
+    assert drafting_for(smol_model, DraftConfig(enabled=False), later) == (None, None)  # plain decoding
