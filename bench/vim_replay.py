@@ -11,8 +11,8 @@ machine's calibrated cost curve: `bench/results/vim-session-requests.json.gz`.
 
 The replay rebuilds each prompt and its draft sources as the server does (`prepare`, with
 the cache holding the last request's prompt, where the FIM prefix window may stay put) and
-runs the engine over it with one controller for the whole session, as a server learns
-across requests: a drafted token is accepted when it is the token the answer wrote (with
+runs the engine over it with the controllers a server keeps, one per time budget the
+requests carry (`lookahead.server.llamacpp.drafting_kind`), learning across the session: a drafted token is accepted when it is the token the answer wrote (with
 the same seed, the draw does not depend on the drafts: `lookahead.core.sampling`). Time is
 modeled with the stored curve at the cells in use, so a replay is the same on every machine
 and every run. Per kind of request: the geomean of plain decoding's modeled time over the
@@ -49,6 +49,7 @@ from lookahead.api import Model, load
 from lookahead.backend.probe import cpu_model
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
+from lookahead.server.llamacpp.drafting_kind import with_kind
 from lookahead.server.llamacpp.prepare import prepare
 from lookahead.server.llamacpp.schemas import InfillRequest
 
@@ -112,7 +113,8 @@ def replay(model: Model, data: dict[str, Any], config: DraftConfig, verbose: boo
         out = req["tokens"]
         if len(out) < 2:
             continue
-        result, plain_s, _ = replay_request(model, prompt, out, config, cost, sources)
+        kind_config = with_kind(config, body)  # the server's controller for this kind of request
+        result, plain_s, _ = replay_request(model, prompt, out, kind_config, cost, sources)
         kind = req["kind"]
         ratios[kind].append(plain_s / result.stats.decode_s)
         totals[kind][0] += plain_s

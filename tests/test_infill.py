@@ -353,3 +353,14 @@ def test_a_suggestion_cut_by_its_time_budget_is_remembered_by_the_worker(
         source.observe(doc[:-4])
         (cand, *_) = source.propose(4, 1)
         assert cand.tokens.tolist() == doc[-4:]
+
+
+def test_each_time_budget_drafts_with_its_own_controller(server: Running) -> None:
+    """llama.vim's quick request (250 ms) and its follow-up (1000 ms) learn apart; a request
+    with no budget keeps the controller every other request shares."""
+    drafting = server.service.model.drafting
+    base = {**LLAMA_VIM, "response_fields": None, "n_predict": 4}
+    for budget in (250, 1000, -1, 250):
+        assert post(server, "/infill", {**base, "t_max_predict_ms": budget}).status_code == 200
+    kinds = [kind for _, kind in drafting.controllers]  # the module's other tests' too
+    assert {"", "t_max_predict_ms=1000", "t_max_predict_ms=250"} <= set(kinds)

@@ -126,3 +126,24 @@ def test_serve_help_shows_a_curl_example_that_sends_json() -> None:
     assert result.exit_code == 0
     assert "-H 'Content-Type: application/json'" in result.output
     assert "--index-scope" in result.output and "--metrics-key" in result.output
+
+
+def test_each_kind_of_request_has_its_own_controller(tmp_path: Path) -> None:
+    state = DraftState(
+        tokenize=lambda s: [1], tokenizer_id="t", token_bytes=lambda t: b"x", corpus_cache=tmp_path
+    )
+    plain, quick, follow_up = (DraftConfig(request_kind=k) for k in ("", "quick", "follow-up"))
+    assert state.policy(quick) is state.policy(DraftConfig(request_kind="quick"))
+    assert len({id(state.policy(c)) for c in (plain, quick, follow_up)}) == 3
+
+
+@pytest.mark.parametrize(
+    ("budget", "kind"), [(250, "t_max_predict_ms=250"), (1000, "t_max_predict_ms=1000"), (-1, ""), (0, "")]
+)
+def test_a_native_request_is_of_the_kind_its_time_budget_names(budget: int, kind: str) -> None:
+    from lookahead.server.llamacpp.drafting_kind import with_kind
+    from lookahead.server.llamacpp.schemas import InfillRequest
+
+    body = InfillRequest(input_prefix="a", input_suffix="b", t_max_predict_ms=budget)
+    draft = with_kind(DraftConfig(min_gain=1.3), body)
+    assert draft.request_kind == kind and draft.min_gain == 1.3

@@ -20,7 +20,7 @@ chunk's wait). `lookahead serve --idle-tokens 0` turns it off.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lookahead.core.draft_state import DraftConfig
@@ -97,7 +97,8 @@ def plan(service: Any, body: Any, text: str, draft: DraftConfig, owner: str, aft
     n = min(service.config.idle_tokens, room)
     if n < 1:
         return None
-    return IdleJob(tokens, n, draft, sources, owner, after)
+    # its own kind: greedy tokens written ahead teach nothing about the requests it follows
+    return IdleJob(tokens, n, replace(draft, request_kind="idle"), sources, owner, after)
 
 
 def start(service: Any, body: Any, text: str, draft: DraftConfig, owner: str, after: int) -> None:
