@@ -40,7 +40,7 @@ from lookahead.core.draft import Draft
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done, GenerationConfig, generate
 from lookahead.core.policy import Policy
-from lookahead.core.request import Drafter, Result, Step
+from lookahead.core.request import Drafter, Result, Stats, Step
 from lookahead.errors import UserError
 from lookahead.index.base import DraftSource
 
@@ -201,20 +201,37 @@ def drafting_for(
 
 def replay_request(
     model: lookahead.Model, prompt: Sequence[int], out: list[int], config: DraftConfig, cost: Any,
-    sources: Sequence[DraftSource] = (),
+    sources: Sequence[DraftSource] = (), after: Sequence[int] | None = None, max_tokens: int | None = None,
 ) -> tuple[Result, float, list[Step]]:
     """One request replayed: the engine over `prompt`, accepting exactly the tokens `out`
     (`TruthVerifier`), time modeled by `cost(n, cells)`. Returns the Result, plain decoding's
     modeled seconds for the same tokens (one per step, the cache one cell deeper each), and
-    the steps."""
-    v = TruthVerifier(out, model.backend.n_vocab, cost, model.backend.token_bytes)
+    the steps.
+
+    By default the engine is told the answer ends after `out` (max_tokens), so no draft runs
+    past its end. A service does not know where a stop of the client's (a time budget) will
+    end the answer: with `after`, the tokens the model writes past the end, the engine runs
+    to `max_tokens` over out + after, drafts past the end are verified as a service verifies
+    them, and the answer ends at the step that reaches the end of `out`, as the service's
+    stop ends it (that step's tokens past the end are dropped, its time is counted)."""
+    truth = list(out) if after is None else [*out, *after]
+    v = TruthVerifier(truth, model.backend.n_vocab, cost, model.backend.token_bytes)
     drafter, policy = drafting_for(model, config, v, sources)
-    result, steps = None, []
-    for event in generate(v, prompt, GenerationConfig(max_tokens=len(out)), drafter, policy, clock=lambda: v.now):
+    limit = len(out) if after is None else max(max_tokens or len(truth), len(out))
+    result, steps, written = None, [], []
+    for event in generate(v, prompt, GenerationConfig(max_tokens=limit), drafter, policy, clock=lambda: v.now):
         if isinstance(event, Done):
             result = event.result
         elif isinstance(event, Step):
             steps.append(event)
+            written += event.tokens
+            if after is not None and len(written) >= len(out):  # the client's stop ends the answer here
+                stats = Stats(
+                    n_tokens=len(out), steps=len(steps), drafted=sum(s.drafted for s in steps),
+                    accepted=sum(s.accepted for s in steps), decode_s=v.now,
+                )  # fmt: skip
+                result = Result("", written[: len(out)], stats, "stop")
+                break
     assert result is not None and result.tokens == out, "the replay left the output"
     return result, sum(cost(1, len(prompt) + i) for i in range(len(out))), steps
 

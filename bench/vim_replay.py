@@ -3,28 +3,38 @@
     python -m bench.vim_replay --record        # record a session from `serve --no-spec` (minutes)
     python -m bench.vim_replay                 # replay it (seconds)
     python -m bench.vim_replay --config min_gain=1.25
+    python -m bench.vim_replay --extend        # decode a stored session's answers past their end
 
 `--record` runs `bench/editing_vim.py`'s sessions (llama.vim's quick requests, follow-ups and
 requests after Tab, its samplers, seeds per new line) against one `lookahead serve --no-spec`
 and keeps every /infill request sent, in order, with the tokens each answer wrote, and this
-machine's calibrated cost curve: `bench/results/vim-session-requests.json.gz`.
+machine's calibrated cost curve: `bench/results/vim-session-requests.json.gz`. Then each
+answer is decoded again in process past its end (`extend`, same sampling and seed; `--extend`
+does only this, on a stored session): the tokens the model would have gone on with.
 
 The replay rebuilds each prompt and its draft sources as the server does (`prepare`, with
-the cache holding the last request's prompt, where the FIM prefix window may stay put) and
-runs the engine over it with the controllers a server keeps, one per time budget the
-requests carry (`lookahead.server.llamacpp.drafting_kind`), learning across the session: a drafted token is accepted when it is the token the answer wrote (with
-the same seed, the draw does not depend on the drafts: `lookahead.core.sampling`). Time is
-modeled with the stored curve at the cells in use, so a replay is the same on every machine
-and every run. Per kind of request: the geomean of plain decoding's modeled time over the
-drafted one's, and the ratio of the kind's total times.
+the cache holding the last request's prompt, where the FIM prefix window may stay put, and
+the request's drafting settings, `lookahead.server.llamacpp.drafting`) and runs the engine
+over it with one controller learning across the session, as a server's: a drafted token is
+accepted when it is the token the model wrote (with the same seed, the draw does not depend
+on the drafts: `lookahead.core.sampling`). As in the service, the engine does not know
+where llama.vim's time budget will end the answer: it drafts on past the end into the
+tokens the model would have written, and the answer ends at the step that reaches its last
+token (that step's time counted, its tokens past the end dropped). Time is modeled with the
+stored curve at the cells in use, so a replay is the same on every machine and every run.
+Per kind of request: the geomean of plain decoding's modeled time over the drafted one's,
+and the ratio of the kind's total times.
 
 Where `bench/fim_replay.py` repeats the same cursor places with several seeds, this follows
 an editing session: a new line's quick request meets drafts offered by what the last
-requests left, as the service meets them. On the stored session (2-vCPU AMD EPYC), the same
-requests decoded for real in one process with the same seeds gave drafted over plain 0.95x on
-new lines where this replay gives 0.948, and their verifies took 2.06 s where the clock
-modeled 2.15. The clock leaves out the Python side of a step (about 0.5-1 ms there) and the
-prefill; measure what an editor waits for with `bench/editing_vim.py`.
+requests left, as the service meets them. On the stored session (2-vCPU AMD EPYC), drafting
+as at 557745f replays at 0.85x plain decoding on new lines and 0.99x on follow-ups, where
+`bench/editing_vim.py` measured that server's decode speed at 0.80-0.86x and 0.86-1.01x
+llama-server's (whose plain decoding `serve --no-spec` matched). Told where each answer
+ends, as an earlier version of this replay was, the same drafting replayed at 0.95x and
+1.10x: drafts verified past the end were the difference. The clock leaves out the Python
+side of a step (about 0.5-1 ms there) and the prefill; measure what an editor waits for
+with `bench/editing_vim.py`.
 """
 
 from __future__ import annotations
@@ -49,12 +59,14 @@ from lookahead.api import Model, load
 from lookahead.backend.probe import cpu_model
 from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
-from lookahead.server.llamacpp.drafting_kind import with_kind
-from lookahead.server.llamacpp.prepare import prepare
+from lookahead.core.engine import Done
+from lookahead.server.llamacpp.drafting import request_drafting
+from lookahead.server.llamacpp.prepare import prepare, sampling_of
 from lookahead.server.llamacpp.schemas import InfillRequest
 
 RECORDED = Path(__file__).parent / "results" / "vim-session-requests.json.gz"
 FIM_BATCH = 1024  # `serve`'s default -b, the FIM part of a prompt
+AFTER_END = 32  # tokens decoded past each answer's end (`extend`)
 
 
 def kind_of(body: dict[str, Any], recorded: str) -> str:
@@ -82,6 +94,7 @@ def record(model_name: str, lines: int, out: Path) -> None:
         requests.append({"kind": kind, "body": body, "tokens": ans.get("tokens", []),
                          "prompt_n": timings.get("prompt_n"), "cache_n": timings.get("cache_n")})  # fmt: skip
     model = load(model_name)
+    extend(model, requests, n_ctx)
     calibration = model.tuning.calibrate()
     data = {
         "model": model_name, "machine": cpu_model(), "commit": git_commit(), "n_ctx": n_ctx,
@@ -89,6 +102,29 @@ def record(model_name: str, lines: int, out: Path) -> None:
     }  # fmt: skip
     out.write_bytes(gzip.compress(json.dumps(data).encode()))
     print(f"{len(requests)} requests -> {out}")
+
+
+def extend(model: Model, requests: list[dict[str, Any]], n_ctx: int, n: int = AFTER_END) -> int:
+    """Each answer decoded again in this process past its end, `n` tokens more, with its
+    request's sampling and seed, plainly: kept as the request's `after` (the answer's tokens
+    must come out the same first; else `after` is None and the replay knows where that
+    answer ends). Returns how many came out the same."""
+    cached: list[list[int]] = []
+    same = 0
+    for req in requests:
+        body = InfillRequest.model_validate(req["body"])
+        prompt = prepare(model, body, n_ctx, None, FIM_BATCH, cached).tokens
+        cached = [prompt]
+        out, req["after"] = req["tokens"], None
+        if req["kind"] == "warm-up" or len(out) < 2:
+            continue
+        sampling = sampling_of(model, body, None)
+        plain = DraftConfig(enabled=False)
+        events = model.stream("", tokens=prompt, max_tokens=len(out) + n, sampling=sampling, draft=plain)
+        tokens = next(e for e in events if isinstance(e, Done)).result.tokens
+        if tokens[: len(out)] == out:
+            req["after"], same = tokens[len(out) :], same + 1
+    return same
 
 
 def replay(model: Model, data: dict[str, Any], config: DraftConfig, verbose: bool = False) -> dict[str, list[float]]:
@@ -113,8 +149,12 @@ def replay(model: Model, data: dict[str, Any], config: DraftConfig, verbose: boo
         out = req["tokens"]
         if len(out) < 2:
             continue
-        kind_config = with_kind(config, body)  # the server's controller for this kind of request
-        result, plain_s, _ = replay_request(model, prompt, out, kind_config, cost, sources)
+        kind_config = request_drafting(config, body)  # as the server drafts this request
+        after = req.get("after")  # the model's tokens past the end: the end is not known
+        if after is None:
+            ratios["replayed knowing where the answer ends"].append(1.0)
+        n_predict = body.n_predict if body.n_predict > 0 else None
+        result, plain_s, _ = replay_request(model, prompt, out, kind_config, cost, sources, after, n_predict)
         kind = req["kind"]
         ratios[kind].append(plain_s / result.stats.decode_s)
         totals[kind][0] += plain_s
@@ -137,6 +177,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=6, help="new lines typed per session (--record)")
     ap.add_argument("--file", type=Path, default=RECORDED)
     ap.add_argument("--config", action="append", default=[], help="DraftConfig field=value")
+    ap.add_argument("--extend", action="store_true", help="decode each recorded answer past its end first (minutes)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     if args.lines < 1:
@@ -152,13 +193,21 @@ def main() -> None:
             raise KeyError(", ".join(sorted(missing)))
     except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:  # not gzip, not JSON, not a session
         raise SystemExit(f"{args.file} is not a session recorded by --record ({type(exc).__name__}: {exc})") from None
-    ratios = replay(load(data["model"]), data, _config(args.config), args.verbose)
+    config = _config(args.config)
+    model = load(data["model"])
+    if args.extend:
+        same = extend(model, data["requests"], data["n_ctx"])
+        args.file.write_bytes(gzip.compress(json.dumps(data).encode()))
+        print(f"{same} answers decoded again the same, extended past their end -> {args.file}")
+    ratios = replay(model, data, config, args.verbose)
     other = len(ratios.pop("prompts rebuilt otherwise", []))
+    ends_known = len(ratios.pop("replayed knowing where the answer ends", []))
     every = [r for k, rs in ratios.items() if not k.startswith("time ") for r in rs]
     parts = [f"{k} {statistics.geometric_mean(v):.3f} (time {ratios['time ' + k][0]:.3f}, {len(v)})"
              for k, v in sorted(ratios.items()) if not k.startswith("time ")]  # fmt: skip
     print(f"geomean {statistics.geometric_mean(every):.3f} over {len(every)} requests | " + " | ".join(parts))
-    print(f"recorded on {data['machine']} at {data['commit']}; {other} prompts rebuilt to another length")
+    print(f"recorded on {data['machine']} at {data['commit']}; {other} prompts rebuilt to another length; "
+          f"{ends_known} answers replayed knowing where they end")  # fmt: skip
 
 
 if __name__ == "__main__":

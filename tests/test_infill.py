@@ -355,12 +355,21 @@ def test_a_suggestion_cut_by_its_time_budget_is_remembered_by_the_worker(
         assert cand.tokens.tolist() == doc[-4:]
 
 
-def test_each_time_budget_drafts_with_its_own_controller(server: Running) -> None:
-    """llama.vim's quick request (250 ms) and its follow-up (1000 ms) learn apart; a request
-    with no budget keeps the controller every other request shares."""
+def test_a_request_with_a_time_budget_drafts_to_the_line_end(
+    server: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its budget the answer ends at a newline, at a step nobody knows in advance: the
+    request's drafts end at the line's end. Without a budget they run on."""
     drafting = server.service.model.drafting
+    asked: list[bool] = []
+    real = drafting.drafter
+
+    def drafter(config: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append(config.to_line_end)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(drafting, "drafter", drafter)
     base = {**LLAMA_VIM, "response_fields": None, "n_predict": 4}
-    for budget in (250, 1000, -1, 250):
+    for budget in (250, -1):
         assert post(server, "/infill", {**base, "t_max_predict_ms": budget}).status_code == 200
-    kinds = [kind for _, kind in drafting.controllers]  # the module's other tests' too
-    assert {"", "t_max_predict_ms=1000", "t_max_predict_ms=250"} <= set(kinds)
+    assert asked == [True, False]

@@ -164,3 +164,16 @@ def test_prefix_keeps_depths_and_children() -> None:
         assert pre.depth.tolist() == rebuilt.depth.tolist()
         assert [pre.children(i) for i in range(-1, n)] == [rebuilt.children(i) for i in range(-1, n)]
         pre.check()
+
+
+def test_a_proposer_told_where_lines_end_drafts_to_the_line_end_only() -> None:
+    phrase = list(range(100, 140))  # token 110 ends a line
+    stream = np.array(phrase + [7, 8, 9] + phrase[:5], dtype=np.int32)
+    lines = Proposer([NgramIndex(), SuffixIndex()], ends_line=lambda t: t == 110)
+    free = Proposer([NgramIndex(), SuffixIndex()])
+    lines.observe(stream)
+    free.observe(stream)
+    cut = lines.propose(budget=16, max_depth=12, branches=2)
+    cut.check()
+    assert sorted(paths_of(cut), key=len)[-1] == tuple(phrase[5:11])  # up to and with the line's end
+    assert max(map(len, paths_of(free.propose(budget=16, max_depth=12, branches=2)))) == 12

@@ -128,22 +128,21 @@ def test_serve_help_shows_a_curl_example_that_sends_json() -> None:
     assert "--index-scope" in result.output and "--metrics-key" in result.output
 
 
-def test_each_kind_of_request_has_its_own_controller(tmp_path: Path) -> None:
+def test_a_draft_config_that_drafts_to_the_line_end_reads_newlines_from_the_vocabulary(tmp_path: Path) -> None:
+    text = {1: b"x = ", 2: b"1\n", 3: b"y"}
     state = DraftState(
-        tokenize=lambda s: [1], tokenizer_id="t", token_bytes=lambda t: b"x", corpus_cache=tmp_path
+        tokenize=lambda s: [1], tokenizer_id="t", token_bytes=lambda t: text.get(t, b"z"), corpus_cache=tmp_path
     )
-    plain, quick, follow_up = (DraftConfig(request_kind=k) for k in ("", "quick", "follow-up"))
-    assert state.policy(quick) is state.policy(DraftConfig(request_kind="quick"))
-    assert len({id(state.policy(c)) for c in (plain, quick, follow_up)}) == 3
+    drafter = state.drafter(DraftConfig(to_line_end=True, shipped_corpora=False))
+    assert drafter.ends_line is not None and [drafter.ends_line(t) for t in (1, 2, 3)] == [False, True, False]
+    assert state.drafter(DraftConfig(shipped_corpora=False)).ends_line is None
 
 
-@pytest.mark.parametrize(
-    ("budget", "kind"), [(250, "t_max_predict_ms=250"), (1000, "t_max_predict_ms=1000"), (-1, ""), (0, "")]
-)
-def test_a_native_request_is_of_the_kind_its_time_budget_names(budget: int, kind: str) -> None:
-    from lookahead.server.llamacpp.drafting_kind import with_kind
+@pytest.mark.parametrize("budget", [250, 1000, -1, 0])
+def test_a_native_request_with_a_time_budget_drafts_to_the_line_end(budget: int) -> None:
+    from lookahead.server.llamacpp.drafting import request_drafting
     from lookahead.server.llamacpp.schemas import InfillRequest
 
     body = InfillRequest(input_prefix="a", input_suffix="b", t_max_predict_ms=budget)
-    draft = with_kind(DraftConfig(min_gain=1.3), body)
-    assert draft.request_kind == kind and draft.min_gain == 1.3
+    draft = request_drafting(DraftConfig(min_gain=1.3), body)
+    assert draft.to_line_end == (budget > 0) and draft.min_gain == 1.3

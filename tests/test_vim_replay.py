@@ -61,11 +61,45 @@ def test_a_session_replays_with_drafts_where_the_answer_copies_the_code_below() 
         ],
     }  # fmt: skip
     ratios = replay(model, data, DraftConfig())  # asserts the engine wrote the recorded tokens
+    assert ratios.pop("replayed knowing where the answer ends") == [1.0]  # recorded without `after`
     assert list(ratios) == ["follow-up", "time follow-up"]  # a warm-up writes nothing to replay
     assert ratios["follow-up"][0] > 1.2  # drafted from the suffix: fewer, cheap steps
     plain = replay(model, data, DraftConfig(enabled=False))
     model.close()
     assert plain["follow-up"] == [pytest.approx(1.0)]
+
+
+@pytest.mark.model
+def test_drafts_past_the_answers_end_are_verified_and_their_time_counted() -> None:
+    """A service does not know where a time budget ends the answer: given the tokens the
+    model writes past the end, the replay drafts on into them as the service does, and
+    counts that step's time. Drafts that end at the line's end do not pass it."""
+    from bench.replay import modeled_clock, replay_request
+    from bench.vim_replay import FIM_BATCH
+    from lookahead.server.llamacpp.prepare import prepare
+    from lookahead.server.llamacpp.schemas import InfillRequest
+
+    path = models.resolve_model("qwen2.5-coder-0.5b", models.default_cache_dir())
+    model = load(path, backend=BackendConfig(n_ctx=4096, n_threads=2))
+    body = InfillRequest.model_validate(fim_body(ctx_local(FILE, 8, 4), [], quick=True, seed=1))
+    prepared = prepare(model, body, 4096, None, FIM_BATCH, [])
+    # the answer: the first line of the code below the cursor; the model goes on with its second
+    line = model.backend.tokenize("if shape.kind == 'circle':\n", add_special=False)
+    rest = model.backend.tokenize("        return 2 * 3.14159 * shape.radius\n", add_special=False)
+    cost = modeled_clock(CURVE, {})
+
+    def run(config: DraftConfig, after: list[int] | None) -> Any:
+        model.drafting.controllers.clear()  # each replay from the same start
+        result, _, _ = replay_request(model, prepared.tokens, line, config, cost, prepared.sources, after, 64)
+        return result
+
+    known, unknown = run(DraftConfig(), None), run(DraftConfig(), rest)
+    lines = run(DraftConfig(to_line_end=True), rest)
+    model.close()
+    assert known.tokens == unknown.tokens == lines.tokens == line
+    assert unknown.stats.drafted > known.stats.drafted  # the copy ran on past the end
+    assert unknown.stats.decode_s > known.stats.decode_s
+    assert lines.stats.drafted <= len(line) - 1  # never past the newline the answer ends with
 
 
 class Answers(BaseHTTPRequestHandler):

@@ -57,10 +57,11 @@ class DraftConfig:
     # expected pace drops more than this fraction below its pace without drafts; 0 = not at
     # all (--fair), None = the batch's total tokens/s (--batch-total); see core.allocate
     fairness_slack: float | None = DEFAULT_SLACK
-    # Requests of one kind share what the controller learned (`DraftState.policy`): a server
-    # names the kind, e.g. an editor's time budget (`lookahead.server.llamacpp.drafting_kind`); "" is
-    # every request not named otherwise.
-    request_kind: str = ""
+    # Every draft ends at its first line end. For a request that ends at a line end at a step
+    # nobody knows in advance (an editor's time budget: past it, the answer ends at the next
+    # newline; `lookahead.server.llamacpp.drafting`): what a draft holds past a line end is
+    # verified, then cut from the answer whenever that step turns out to be the last.
+    to_line_end: bool = False
 
     def __post_init__(self) -> None:
         check_slack(self.fairness_slack)
@@ -82,9 +83,9 @@ class DraftConfig:
         )
 
 
-# controllers kept per drafting configuration and kind of request: a service's clients may
-# send any (k_max, budget) pair, and each controller holds tables of some megabytes; the
-# least recently used is dropped past this (a request that holds it keeps it to its end)
+# controllers kept per drafting configuration: a service's clients may send any
+# (k_max, budget) pair, and each controller holds tables of some megabytes; the least
+# recently used is dropped past this (a request that holds it keeps it to its end)
 MAX_CONTROLLERS = 16
 
 
@@ -97,8 +98,9 @@ class DraftState:
     token_bytes: Callable[[int], bytes]
     corpus_cache: Path
     cost: CostModel = field(default_factory=CostModel)
-    controllers: OrderedDict[tuple[ControlConfig, str], Controller] = field(default_factory=OrderedDict)
+    controllers: OrderedDict[ControlConfig, Controller] = field(default_factory=OrderedDict)
     corpora: dict[tuple[Path, ...], CorpusIndex | None] = field(default_factory=dict)
+    _ends_line: dict[int, bool] = field(default_factory=dict)  # token -> holds a newline
 
     def corpus(self, config: DraftConfig, progress: Progress | None = None) -> CorpusIndex | None:
         paths: tuple[Path, ...] = (
@@ -127,23 +129,23 @@ class DraftState:
         if corpus is not None:
             sources.append(corpus.fresh())
         sources.extend(extra)
-        return Proposer(sources)
+        return Proposer(sources, ends_line=self.ends_line if config.to_line_end else None)
+
+    def ends_line(self, token: int) -> bool:
+        """Whether `token`'s text holds a newline (looked up once per token)."""
+        known = self._ends_line.get(token)
+        if known is None:
+            known = self._ends_line[token] = b"\n" in self.token_bytes(token)
+        return known
 
     def policy(self, config: DraftConfig) -> Policy:
-        """The fixed-K policy, or the adaptive controller kept for the config's knobs and
-        `request_kind`: one per kind, so what drafts earn in one kind of request does not
-        set how much to draft in another. An editor's quick request at a new line and its
-        follow-up draft from the same sources at very different odds (llama.vim's requests,
-        Qwen2.5-Coder 0.5B: a copy's first token taken 0.73 of the time on new lines, 0.80-0.91
-        in follow-ups); with one controller, the follow-ups between two new lines set the
-        odds the next new line drafts at."""
         if not config.adaptive:
             budget = min(config.budget, config.k * config.branches)
             return FixedPolicy(config.k, budget=budget, branches=config.branches)
-        key = (config.control(), config.request_kind)
-        if key not in self.controllers:
-            self.controllers[key] = Controller(key[0], self.cost)
+        ctl = config.control()
+        if ctl not in self.controllers:
+            self.controllers[ctl] = Controller(ctl, self.cost)
             while len(self.controllers) > MAX_CONTROLLERS:
                 self.controllers.popitem(last=False)
-        self.controllers.move_to_end(key)
-        return self.controllers[key]
+        self.controllers.move_to_end(ctl)
+        return self.controllers[ctl]

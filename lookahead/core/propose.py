@@ -27,7 +27,7 @@ largest sum of p, the expected number of accepted tokens when the q are right.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -117,14 +117,27 @@ def _share(q: list[float], siblings: list[int]) -> None:
         left -= q[node]
 
 
+def to_line_end(cand: Candidate, ends_line: Callable[[int], bool]) -> Candidate:
+    """`cand` up to and with its first token that ends a line."""
+    for j, tok in enumerate(cand.tokens.tolist()):
+        if ends_line(tok):
+            return cand if j + 1 == len(cand.tokens) else Candidate(cand.tokens[: j + 1], cand.q[: j + 1], cand.source)
+    return cand
+
+
 class Proposer:
     """The draft sources of one stream: observe fans out, propose merges into one tree."""
 
-    def __init__(self, sources: Sequence[DraftSource], candidates: int = 4) -> None:
+    def __init__(
+        self, sources: Sequence[DraftSource], candidates: int = 4, ends_line: Callable[[int], bool] | None = None
+    ) -> None:
         """sources: the indexes to draft from, in tie-break order; candidates: continuations
-        asked of each source when the tree may branch (one when it may not)."""
+        asked of each source when the tree may branch (one when it may not); ends_line: when
+        given, every draft ends at the first token it holds for which this is true (a
+        request that ends at a line end, `DraftConfig.to_line_end`)."""
         self.sources = list(sources)
         self.candidates = candidates
+        self.ends_line = ends_line
 
     def observe(self, tokens: Iterable[int] | TokenArray) -> None:
         """Append `tokens` (prompt or accepted output) to every source."""
@@ -141,4 +154,6 @@ class Proposer:
         candidates: list[Candidate] = []
         for source in self.sources:
             candidates.extend(source.propose(depth, per_source))
+        if self.ends_line is not None:
+            candidates = [to_line_end(c, self.ends_line) for c in candidates]
         return build_tree(candidates, budget, max_depth, branches)

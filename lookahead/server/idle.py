@@ -20,7 +20,7 @@ chunk's wait). `lookahead serve --idle-tokens 0` turns it off.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from lookahead.core.draft_state import DraftConfig
@@ -97,8 +97,7 @@ def plan(service: Any, body: Any, text: str, draft: DraftConfig, owner: str, aft
     n = min(service.config.idle_tokens, room)
     if n < 1:
         return None
-    # its own kind: greedy tokens written ahead teach nothing about the requests it follows
-    return IdleJob(tokens, n, replace(draft, request_kind="idle"), sources, owner, after)
+    return IdleJob(tokens, n, draft, sources, owner, after)
 
 
 def start(service: Any, body: Any, text: str, draft: DraftConfig, owner: str, after: int) -> None:

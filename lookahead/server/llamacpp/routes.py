@@ -33,7 +33,7 @@ from lookahead.server.deps import Caller, ready
 from lookahead.server.errors import APIError
 from lookahead.server.generation import jobs_for
 from lookahead.server.jobs import Job, cache_owner
-from lookahead.server.llamacpp.drafting_kind import with_kind
+from lookahead.server.llamacpp.drafting import request_drafting
 from lookahead.server.llamacpp.prepare import Prepared, generation_of, prepare, sampling_of
 from lookahead.server.llamacpp.run import Watch, follow
 from lookahead.server.llamacpp.schemas import (
@@ -184,7 +184,7 @@ async def answer(
         raise APIError(400, "several prompts or n_cmpl > 1 are not supported with stream", param="n_cmpl")
 
     draft = draft_settings(service.config.draft, body.lookahead, worker.capacity)  # before any work
-    draft = with_kind(draft, body)  # an editor's quick request learns apart from its follow-ups
+    draft = request_drafting(draft, body)  # an editor's time budget: drafts end at the line's end
 
     def prepare_all() -> list[Prepared]:
         with admission():
