@@ -46,6 +46,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from lookahead.core.control import CostModel
 from lookahead.core.draft_state import DraftConfig
 from lookahead.core.engine import Done
 from lookahead.server.llamacpp.drafting import request_drafting
-from lookahead.server.llamacpp.prepare import prepare, sampling_of
+from lookahead.server.llamacpp.prepare import Prepared, prepare, sampling_of
 from lookahead.server.llamacpp.schemas import InfillRequest
 
 RECORDED = Path(__file__).parent / "results" / "vim-session-requests.json.gz"
@@ -104,17 +105,28 @@ def record(model_name: str, lines: int, out: Path) -> None:
     print(f"{len(requests)} requests -> {out}")
 
 
+def prepared_requests(
+    model: Model, requests: list[dict[str, Any]], n_ctx: int
+) -> Iterator[tuple[dict[str, Any], InfillRequest, Prepared]]:
+    """Each recorded request with its body and its prompt and draft sources rebuilt as the
+    server builds them, the cache holding the request before's prompt (where the FIM
+    prefix window may stay put)."""
+    cached: list[list[int]] = []
+    for req in requests:
+        body = InfillRequest.model_validate(req["body"])
+        prepared = prepare(model, body, n_ctx, None, FIM_BATCH, cached)
+        cached = [prepared.tokens]
+        yield req, body, prepared
+
+
 def extend(model: Model, requests: list[dict[str, Any]], n_ctx: int, n: int = AFTER_END) -> int:
     """Each answer decoded again in this process past its end, `n` tokens more, with its
     request's sampling and seed, plainly: kept as the request's `after` (the answer's tokens
     must come out the same first; else `after` is None and the replay knows where that
     answer ends). Returns how many came out the same."""
-    cached: list[list[int]] = []
     same = 0
-    for req in requests:
-        body = InfillRequest.model_validate(req["body"])
-        prompt = prepare(model, body, n_ctx, None, FIM_BATCH, cached).tokens
-        cached = [prompt]
+    for req, body, prepared in prepared_requests(model, requests, n_ctx):
+        prompt = prepared.tokens
         out, req["after"] = req["tokens"], None
         if req["kind"] == "warm-up" or len(out) < 2:
             continue
@@ -136,14 +148,10 @@ def replay(model: Model, data: dict[str, Any], config: DraftConfig, verbose: boo
     state = model.drafting
     state.controllers.clear()
     state.cost = CostModel(calibration, slope=slope)
-    cached: list[list[int]] = []
     ratios: dict[str, list[float]] = defaultdict(list)
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for req in data["requests"]:
-        body = InfillRequest.model_validate(req["body"])
-        prepared = prepare(model, body, data["n_ctx"], None, FIM_BATCH, cached)
+    for req, body, prepared in prepared_requests(model, data["requests"], data["n_ctx"]):
         prompt, sources = prepared.tokens, prepared.sources
-        cached = [prompt]  # the cache holds this prompt for the next request's window
         if req["prompt_n"] is not None and req["prompt_n"] + req["cache_n"] != len(prompt):
             ratios["prompts rebuilt otherwise"].append(1.0)  # the server's prompt had another length
         out = req["tokens"]
@@ -195,7 +203,7 @@ def main() -> None:
         raise SystemExit(f"{args.file} is not a session recorded by --record ({type(exc).__name__}: {exc})") from None
     config = _config(args.config)
     model = load(data["model"])
-    if args.extend:
+    if args.extend and not args.record:  # a recording is extended already
         same = extend(model, data["requests"], data["n_ctx"])
         args.file.write_bytes(gzip.compress(json.dumps(data).encode()))
         print(f"{same} answers decoded again the same, extended past their end -> {args.file}")

@@ -102,6 +102,29 @@ def test_drafts_past_the_answers_end_are_verified_and_their_time_counted() -> No
     assert lines.stats.drafted <= len(line) - 1  # never past the newline the answer ends with
 
 
+@pytest.mark.model
+def test_an_answer_is_extended_past_its_end_only_when_it_decodes_again_the_same() -> None:
+    from bench.vim_replay import extend, prepared_requests
+    from lookahead.core.engine import Done
+    from lookahead.server.llamacpp.prepare import sampling_of
+
+    path = models.resolve_model("qwen2.5-coder-0.5b", models.default_cache_dir())
+    model = load(path, backend=BackendConfig(n_ctx=4096, n_threads=2))
+    body = fim_body(ctx_local(FILE, 8, 4), [], quick=True, seed=3)
+    requests: list[dict[str, Any]] = [{"kind": "quick", "body": body, "tokens": []}]
+    ((_, infill, prepared),) = prepared_requests(model, requests, 4096)
+    events = model.stream("", tokens=prepared.tokens, max_tokens=10, sampling=sampling_of(model, infill, None),
+                          draft=DraftConfig(enabled=False))  # fmt: skip
+    written = next(e for e in events if isinstance(e, Done)).result.tokens
+    requests = [{"kind": "quick", "body": body, "tokens": written[:4]},
+                {"kind": "quick", "body": body, "tokens": [written[0] + 1, written[1]]}]  # fmt: skip
+    same = extend(model, requests, 4096, n=6)
+    model.close()
+    assert same == 1
+    assert requests[0]["after"] == written[4:10]  # what the model wrote on, with the same seed
+    assert requests[1]["after"] is None  # not this model's answer: replayed knowing its end
+
+
 class Answers(BaseHTTPRequestHandler):
     seen: list[dict[str, Any]] = []
 

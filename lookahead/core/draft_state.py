@@ -100,7 +100,6 @@ class DraftState:
     cost: CostModel = field(default_factory=CostModel)
     controllers: OrderedDict[ControlConfig, Controller] = field(default_factory=OrderedDict)
     corpora: dict[tuple[Path, ...], CorpusIndex | None] = field(default_factory=dict)
-    _ends_line: dict[int, bool] = field(default_factory=dict)  # token -> holds a newline
 
     def corpus(self, config: DraftConfig, progress: Progress | None = None) -> CorpusIndex | None:
         paths: tuple[Path, ...] = (
@@ -132,11 +131,8 @@ class DraftState:
         return Proposer(sources, ends_line=self.ends_line if config.to_line_end else None)
 
     def ends_line(self, token: int) -> bool:
-        """Whether `token`'s text holds a newline (looked up once per token)."""
-        known = self._ends_line.get(token)
-        if known is None:
-            known = self._ends_line[token] = b"\n" in self.token_bytes(token)
-        return known
+        """Whether `token`'s text holds a newline."""
+        return b"\n" in self.token_bytes(token)  # the backend keeps each token's bytes
 
     def policy(self, config: DraftConfig) -> Policy:
         if not config.adaptive:
