@@ -211,6 +211,45 @@ def test_a_failure_to_remember_after_done_keeps_the_answer(server: Running, monk
     assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
 
 
+# ---- bodies: content type, lone surrogates ----------------------------------------------
+
+
+def test_a_body_sent_as_a_form_is_read_as_json(server: Running) -> None:
+    """`curl -d '{...}'` says application/x-www-form-urlencoded; llama-server reads JSON."""
+    body = b'{"prompt": "The capital of France is", "n_predict": 2}'
+    for kind in ("application/x-www-form-urlencoded", "text/plain"):
+        with server.client(KEY) as c:
+            r = c.post("/completion", content=body, headers={"content-type": kind})
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens_predicted"] == 2
+    with server.client(KEY) as c:
+        r = c.post("/completion", content=b"prompt=hi", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert openai_error(r, 400)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/completion", b'{"prompt": "hi", "n_predict": 2, "stop": "\\ud800"}', "stop"),
+        ("/infill", b'{"input_prefix": "a", "input_extra": [{"text": "\\udc00"}]}', "input_extra[0].text"),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud83d"}], "stream": true}',
+         "messages[0].content"),
+        ("/tokenize", b'{"content": "x", "\\ud800": 1}', "\ud800"),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_a_400_naming_its_field(
+    server: Running, path: str, body: bytes, field: str
+) -> None:
+    """Half of a UTF-16 pair (`stop` once made a 500: its answer echoed it)."""
+    with server.client(KEY) as c:
+        r = c.post(path, content=body, headers={"content-type": "application/json"})
+    assert openai_error(r, 400)["param"] == field
+    pair = b'{"prompt": "\\ud83d\\ude00", "n_predict": 2, "stop": "\\ud83d\\ude00"}'  # a whole pair is text
+    with server.client(KEY) as c:
+        r = c.post("/completion", content=pair, headers={"content-type": "application/json"})
+    assert r.json()["generation_settings"]["stop"] == ["\U0001f600"]
+
+
 # ---- body limit, temperature -------------------------------------------------------------------
 
 

@@ -18,7 +18,8 @@ refusal, `cache_prompt`), `follow.py` (the one loop that follows a running job),
 `options.py`, `request_limits.py`, `constrained.py`, `logit_bias.py`, `choices.py` (several
 completions of one prompt); `config.py` (ServeConfig), `service.py` (the loaded model, its
 worker, memory, metrics), `deps.py` (key check, readiness), `chat.py` (messages to a prompt
-through the chat template), `limits.py` (the body limit), `errors.py` (OpenAI's error
+through the chat template), `limits.py` (the body limit), `json_body.py` (bodies read as
+JSON whatever their content type, a lone surrogate refused), `errors.py` (OpenAI's error
 shape), `jobs.py` / `worker.py` / `batch_worker.py` (the generation thread). Routes live in
 `routes_*.py` and each dialect's `routes.py`, one `APIRouter` per area: a new area adds its
 module and one `include_router` line below.
@@ -35,6 +36,7 @@ from fastapi.concurrency import run_in_threadpool
 from lookahead.api import Model
 from lookahead.server import compat, errors, replica, routes_ops, routes_template
 from lookahead.server.config import ServeConfig
+from lookahead.server.json_body import JSONBody
 from lookahead.server.limits import BodyLimit
 from lookahead.server.llamacpp import routes as llamacpp_routes
 from lookahead.server.openai import routes as openai_routes
@@ -57,6 +59,7 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app = FastAPI(title="lookahead", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
     errors.install(app, on_error=lambda kind: service.metrics.errors.labels(kind).inc())
+    app.add_middleware(JSONBody)  # inside the body limit: it reads bodies the limit has passed
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     replica.install(app, service, config.replica_id or replica.default_replica_id())
     app.include_router(routes_ops.router)
