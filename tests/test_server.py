@@ -154,6 +154,7 @@ def test_models_and_health(server: Running) -> None:
     assert [m.id for m in openai_client(server).models.list().data] == [MODEL_ID]
     with server.client() as c:
         assert c.get("/health").json()["status"] == "ok"  # no key needed
+        assert c.head("/health").status_code == 200  # as monitors probe it
         assert c.get("/metrics").status_code == 401  # behind the key, as llama-server's
     with server.client(KEY_B) as c:
         metrics = c.get("/metrics").text

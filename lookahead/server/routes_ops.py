@@ -11,7 +11,8 @@ from lookahead.server.deps import ServiceDep, authorize_metrics
 router = APIRouter()
 
 
-@router.get("/health")
+# HEAD too: uptime monitors and load balancers probe with it (llama-server answers it)
+@router.api_route("/health", methods=["GET", "HEAD"])
 async def health(service: ServiceDep) -> JSONResponse:
     if service.load_error is not None:
         return JSONResponse({"status": "error", "message": service.load_error}, 503)
