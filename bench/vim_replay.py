@@ -34,7 +34,10 @@ llama-server's (whose plain decoding `serve --no-spec` matched). Told where each
 ends, as an earlier version of this replay was, the same drafting replayed at 0.95x and
 1.10x: drafts verified past the end were the difference. The clock leaves out the Python
 side of a step (about 0.5-1 ms there) and the prefill; measure what an editor waits for
-with `bench/editing_vim.py`.
+with `bench/editing_vim.py`. Checked against the real model in process on the same kind of
+machine (each request of the stored session generated with drafting, as the server does):
+the verify steps' measured median times were 1-5% above the clock's, at 1, 4, 8 and 16
+tokens.
 """
 
 from __future__ import annotations
