@@ -155,6 +155,9 @@ def test_models_and_health(server: Running) -> None:
     with server.client() as c:
         assert c.get("/health").json()["status"] == "ok"  # no key needed
         assert c.head("/health").status_code == 200  # as monitors probe it
+        assert c.head("/livez").status_code == 200
+        assert c.head("/metrics").status_code == 401  # HEAD is the GET without its body
+        assert c.head("/v1/models").status_code == c.get("/v1/models").status_code
         assert c.get("/metrics").status_code == 401  # behind the key, as llama-server's
     with server.client(KEY_B) as c:
         metrics = c.get("/metrics").text

@@ -19,7 +19,7 @@ refusal, `cache_prompt`), `follow.py` (the one loop that follows a running job),
 completions of one prompt); `config.py` (ServeConfig), `service.py` (the loaded model, its
 worker, memory, metrics), `deps.py` (key check, readiness), `chat.py` (messages to a prompt
 through the chat template), `limits.py` (the body limit), `json_body.py` (bodies read as
-JSON whatever their content type, a lone surrogate refused), `errors.py` (OpenAI's error
+JSON whatever their content type, a lone surrogate refused; HEAD as GET), `errors.py` (OpenAI's error
 shape), `jobs.py` / `worker.py` / `batch_worker.py` (the generation thread). Routes live in
 `routes_*.py` and each dialect's `routes.py`, one `APIRouter` per area: a new area adds its
 module and one `include_router` line below.
@@ -36,7 +36,7 @@ from fastapi.concurrency import run_in_threadpool
 from lookahead.api import Model
 from lookahead.server import compat, errors, replica, routes_ops, routes_template
 from lookahead.server.config import ServeConfig
-from lookahead.server.json_body import JSONBody
+from lookahead.server.json_body import HeadAsGet, JSONBody
 from lookahead.server.limits import BodyLimit
 from lookahead.server.llamacpp import routes as llamacpp_routes
 from lookahead.server.openai import routes as openai_routes
@@ -66,5 +66,7 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.include_router(openai_routes.router)
     app.include_router(llamacpp_routes.router)  # llama.cpp's own API: /infill, /completion, /tokenize ...
     app.include_router(routes_template.router)  # /apply-template, /v1/chat/completions/input_tokens
+    app.add_middleware(HeadAsGet)  # HEAD is the GET of the same path without its body
     compat.install(app, config.cors_origins)  # the OpenAI routes without /v1, CORS
     return app
+

@@ -1,4 +1,4 @@
-"""Request bodies read as JSON the way llama-server reads them, on every route.
+"""Requests read the way llama-server reads them, on every route: bodies as JSON, HEAD as GET.
 
 - **Whatever the content type.** `curl -d '{...}'` sends `application/x-www-form-urlencoded`,
   and llama-server and Ollama read such a body as JSON all the same; their examples and
@@ -114,3 +114,23 @@ def _then(first: Message, receive: Receive) -> Receive:
         return pending.pop() if pending else await receive()
 
     return next_message
+
+
+class HeadAsGet:
+    """HEAD answered as the GET of the same path without its body, as llama-server answers
+    it: uptime monitors and load balancers probe with HEAD."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)

@@ -148,5 +148,5 @@ def install(app: FastAPI, service: Service, replica_id: str) -> Drain:
         """Liveness: the process answers (loading or draining included)."""
         return JSONResponse({"status": "alive", "replica": replica_id})
 
-    app.add_api_route("/livez", livez, methods=["GET", "HEAD"])
+    app.add_api_route("/livez", livez, methods=["GET"])
     return drain

@@ -11,8 +11,7 @@ from lookahead.server.deps import ServiceDep, authorize_metrics
 router = APIRouter()
 
 
-# HEAD too: uptime monitors and load balancers probe with it (llama-server answers it)
-@router.api_route("/health", methods=["GET", "HEAD"])
+@router.get("/health")
 async def health(service: ServiceDep) -> JSONResponse:
     if service.load_error is not None:
         return JSONResponse({"status": "error", "message": service.load_error}, 503)
