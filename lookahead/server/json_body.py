@@ -1,15 +1,17 @@
 """Requests read the way llama-server reads them, on every route: bodies as JSON, HEAD as GET.
 
 - **Whatever the content type.** `curl -d '{...}'` sends `application/x-www-form-urlencoded`,
-  and llama-server and Ollama read such a body as JSON all the same; their examples and
-  users' scripts rely on it. No route here takes a form, so a POST body that does not say
+  and llama-server reads such a body as JSON all the same (Ollama's examples send it so
+  too); users' scripts rely on it. No route here takes a form, so a POST body that does not say
   it is JSON is read as JSON (and one that is not JSON is the usual 400).
 - **A lone UTF-16 surrogate is a 400 naming its field.** JSON may spell a string with
   `\\ud83d` and no second half. Python reads it into a string that is not text (it has no
   UTF-8): the tokenizer cannot take it, and an answer that echoed it (a stop string in
   `generation_settings`) failed to render, a 500. Checked here once for every route, before
   any route reads the body. Bodies without a `\\uD8..`-`\\uDF..` escape, nearly all, are not
-  parsed twice.
+  parsed twice; one with such an escape (an emoji is spelled so too) is parsed in a worker
+  thread, so a large body does not hold up the event loop. (llama-server answers a lone
+  surrogate with a 500.)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import re
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lookahead.server.errors import error_body
@@ -89,7 +92,7 @@ class JSONBody:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        where = lone_surrogate(body)
+        where = await run_in_threadpool(lone_surrogate, body) if _SURROGATE_ESCAPE.search(body) else None
         if where is not None:
             await _refuse(send, where)
             return
