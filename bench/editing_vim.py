@@ -188,9 +188,19 @@ def quiet(srv: Server, limit: float = QUIET_LIMIT) -> None:
             text = httpx.get(srv.url + "/metrics", timeout=5).text
         except httpx.HTTPError:
             return
-        if "lookahead_idle_work 1" not in text:
+        if not idle_working(text):
             return
         time.sleep(0.05)
+
+
+def idle_working(metrics: str) -> bool:
+    """Whether a /metrics text says the server works while idle: the gauge's own line, not
+    its HELP line (which also reads "lookahead_idle_work 1 while ...")."""
+    for line in metrics.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "lookahead_idle_work":
+            return float(value) != 0
+    return False
 
 
 def new_line(servers: list[Server], s: VimSession, i: int, nl: NewLine, seed: int, accepts: int,

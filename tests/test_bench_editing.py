@@ -261,3 +261,15 @@ def test_vim_variants_are_more_lookahead_servers_compared_request_by_request() -
     records += [rec("k16", 0, 50.0), rec("k16", 1, 50.0), rec("k16", 2, 90.0, predicted=1)]
     pair = vim_summarize(records, ["lookahead", "k16"])["quick, before line 256"]["lookahead / k16"]
     assert pair["decode_ratio_p50"] == pytest.approx(0.9)  # (0.8 + 1.0) / 2: one-token answers left out
+
+
+def test_vim_bench_reads_the_idle_gauge_not_its_help_line() -> None:
+    from bench.editing_vim import idle_working
+
+    help_lines = (
+        "# HELP lookahead_idle_work 1 while the service begins a guessed next request\n"
+        "# TYPE lookahead_idle_work gauge\n"
+    )
+    assert not idle_working(help_lines + "lookahead_idle_work 0.0\n")
+    assert idle_working(help_lines + "lookahead_idle_work 1.0\n")
+    assert not idle_working("llama-server's metrics, no such gauge 1\n")
