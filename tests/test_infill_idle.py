@@ -96,3 +96,38 @@ def test_without_idle_work_the_follow_up_reads_its_new_tokens(qwen_path: Path) -
     assert first["stop_type"] == "limit", first
     assert metric(text, 'lookahead_idle_tokens_total{kind="written"}') == 0
     assert follow["timings/prompt_n"] >= 10, follow  # the suggestion and the suffix, read again
+
+
+# A prefix longer than the window the server keeps of it (3/4 of a 128-token batch). The
+# follow-up's window stays where the cached prompt had it (`apps/fim_window.py`), a line
+# above llama.cpp's cut, and so must the guess's: a guess cut where llama.cpp cuts reads a
+# window that never comes (when the follow-up arrives at once, as llama.vim sends it, it
+# finds the cache holding its old window, not the guess's)
+LONG_PREFIX = "".join(f"def area_{i}(a, b):\n    return a * b + {i}\n\n" for i in range(40))
+
+
+def test_the_guess_keeps_the_prefix_window_where_the_cache_has_it(qwen_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from lookahead.api import load
+    from lookahead.backend.llama import BackendConfig
+    from lookahead.core.draft_state import DraftConfig
+    from lookahead.server.idle import plan
+    from lookahead.server.llamacpp.prepare import infill_tokens
+    from lookahead.server.llamacpp.schemas import InfillRequest
+
+    model = load(qwen_path, backend=BackendConfig(n_ctx=2048, n_threads=1))
+    n_ctx, batch = 2048, 128
+    quick = InfillRequest(**{**QUICK, "input_prefix": LONG_PREFIX})
+    cached = [infill_tokens(model, quick, n_ctx, batch)[0]]  # what the quick request left
+    content = "def area(shape, a, b=0):\n    return a * b\n"
+    prefix, prompt = accepted(quick.input_prefix, quick.prompt, content)
+    follow = quick.model_copy(update={"input_prefix": prefix, "prompt": prompt})
+    expected = infill_tokens(model, follow, n_ctx, batch, cached)[0]  # as the follow-up is shaped
+    assert expected != infill_tokens(model, follow, n_ctx, batch)[0]  # the window stayed put
+
+    worker = SimpleNamespace(n_ctx=n_ctx, cached_prompts=lambda owner, slot=-1: cached)
+    config = ServeConfig(model_id=MODEL_ID, idle_tokens=8, fim_batch=batch)
+    service = SimpleNamespace(model=model, worker=worker, config=config)
+    job = plan(service, quick, content, DraftConfig(), owner="", after=0)
+    assert job is not None and job.tokens == expected

@@ -89,8 +89,13 @@ def plan(service: Any, body: Any, text: str, draft: DraftConfig, owner: str, aft
     model, worker = service.model, service.worker
     prefix, prompt = accepted(body.input_prefix, body.prompt, text)
     guess = body.model_copy(update={"input_prefix": prefix, "prompt": prompt})
+    # shaped against the cells cached now (the answered request's), as the request itself
+    # will be when it comes: a FIM prefix window that stays where the cache has it
+    # (`apps/fim_window.py`) must stay there in the guess too, or the guess reads a window
+    # the request does not send and the cells it replaces were the right ones
+    cached = worker.cached_prompts(owner, body.id_slot) if body.cache_prompt else []
     try:
-        tokens, sources = infill_tokens(model, guess, worker.n_ctx, service.config.fim_batch)
+        tokens, sources = infill_tokens(model, guess, worker.n_ctx, service.config.fim_batch, cached)
     except APIError:
         return None
     room = worker.n_ctx - len(tokens) - 1
