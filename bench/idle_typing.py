@@ -89,8 +89,11 @@ def main(argv: list[str] | None = None) -> None:
                 infill(srv, first)  # its answer ends at the time budget: idle work begins on "on"
                 time.sleep(delay)
                 wall, answer = infill(srv, nxt)
+                timings = answer.get("timings", {})
                 rows.append({"pair": j, "delay": delay, "server": name, "wall_s": wall,
-                             "prompt_n": answer.get("timings", {}).get("prompt_n")})  # fmt: skip
+                             "prompt_n": timings.get("prompt_n"), "prompt_ms": timings.get("prompt_ms"),
+                             "predicted_n": timings.get("predicted_n"),
+                             "predicted_ms": timings.get("predicted_ms")})  # fmt: skip
                 print(f"[{j:2d}] delay {delay:.1f} s  {name:3s}  {wall * 1000:6.0f} ms", flush=True)
                 quiet(srv)
     finally:
