@@ -69,4 +69,3 @@ def create_app(config: ServeConfig, loader: Callable[[], Model]) -> FastAPI:
     app.add_middleware(HeadAsGet)  # HEAD is the GET of the same path without its body
     compat.install(app, config.cors_origins)  # the OpenAI routes without /v1, CORS
     return app
-
