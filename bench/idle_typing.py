@@ -65,7 +65,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--note", default="", help="what the report should say about the machine")
     p.add_argument("--out", default="", help="results path without extension")
     args = p.parse_args(argv)
-    delays = [float(d) for d in args.delays.split(",")]
+    try:
+        delays = [float(d) for d in args.delays.split(",")]
+    except ValueError:
+        p.error(f"--delays takes seconds separated by commas (e.g. 0.1,0.5), got {args.delays!r}")
+    if args.idle_tokens < 1 or any(d < 0 for d in delays):
+        p.error("--idle-tokens must be >= 1 and every delay >= 0")
     stored = json.loads(gzip.decompress(SESSION.read_bytes()))
     requests = stored["requests"]
     cmd = [sys.executable, "-m", "lookahead.cli.main", "serve", "--model", stored["model"]]

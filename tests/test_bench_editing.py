@@ -273,3 +273,20 @@ def test_vim_bench_reads_the_idle_gauge_not_its_help_line() -> None:
     assert not idle_working(help_lines + "lookahead_idle_work 0.0\n")
     assert idle_working(help_lines + "lookahead_idle_work 1.0\n")
     assert not idle_working("llama-server's metrics, no such gauge 1\n")
+
+
+def test_idle_typing_refuses_bad_delays_before_starting_a_server() -> None:
+    from bench.idle_typing import main as idle_typing
+
+    for argv in (["--delays", "x"], ["--delays", "-1"], ["--idle-tokens", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            idle_typing(argv)
+        assert exc.value.code == 2
+
+
+def test_idle_typing_pairs_each_quick_request_with_the_next_line_of_its_file() -> None:
+    from bench.idle_typing import line_pairs
+
+    kinds = ["warm-up", "quick", "follow-up", "accepted", "quick", "follow-up", "warm-up", "quick", "quick"]
+    requests = [{"kind": k, "body": {"i": i}} for i, k in enumerate(kinds)]
+    assert [(a["i"], b["i"]) for a, b in line_pairs(requests)] == [(1, 4), (7, 8)]  # not across a file's warm-up
