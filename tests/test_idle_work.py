@@ -98,9 +98,10 @@ class StandIn:
         self.closed = 0
         self.backend = SimpleNamespace(
             interrupt=None, prefill_chunk=None, n_used=0, cache_tokens=[], tokens_shifted=0, n_decoded=0,
-            reset=lambda: None,
+            reset=lambda: None, abort=None,
         )  # fmt: skip
         self.chunks_seen: list[int | None] = []
+        self.aborts_seen: list[Any] = []
         self.restored: list[list[int]] = []
         self.backend.snapshot = lambda: SimpleNamespace(tokens=list(self.backend.cache_tokens))
         self.backend.restore = lambda snap: self.restored.append(snap.tokens)
@@ -108,6 +109,7 @@ class StandIn:
     def stream(self, prompt: str, **kw: Any) -> Iterator[Step | Done]:
         self.calls.append(kw)
         self.chunks_seen.append(self.backend.prefill_chunk)
+        self.aborts_seen.append(self.backend.abort)
         self.backend.cache_tokens = list(kw["tokens"])  # its prompt replaces the cached one
         written: list[int] = []
         try:
@@ -156,6 +158,8 @@ def test_idle_work_runs_greedy_in_small_chunks_and_is_kept_for_the_next_request(
         assert model.calls[0]["cache_prompt"] is True
         assert model.chunks_seen[0] is not None and model.chunks_seen[0] <= 64
         assert model.backend.prefill_chunk is None  # restored for requests
+        stop = model.aborts_seen[0]  # a chunk in progress is stopped by what stops the work
+        assert stop is not None and not stop() and model.backend.abort is None
         text = metrics.render().decode()
         assert 'lookahead_idle_tokens_total{kind="written"} 5.0' in text
         # not a request: neither generated tokens nor a cancel counted when it ends
@@ -167,6 +171,7 @@ def test_idle_work_runs_greedy_in_small_chunks_and_is_kept_for_the_next_request(
         assert any(isinstance(s, PredictionIndex) and s.aligned for s in sources)  # the same prompt
         assert worker.continuation is None  # used once
         assert model.calls[1]["sampling"].temperature == 0.8  # the request's own sampling
+        assert model.aborts_seen[1] is None  # a request's decodes are not stopped part way
     finally:
         worker.close(5)
 

@@ -322,9 +322,9 @@ def test_the_serial_worker_stops_a_prefill_whose_client_left(smol_path: Path) ->
         seen: list[int] = []
         real = model.backend._decode
 
-        def counting(n: int) -> None:
+        def counting(n: int, stop: Any = None) -> None:
             seen.append(n)
-            real(n)
+            real(n, stop)
 
         model.backend._decode = counting  # type: ignore[method-assign]
         try:

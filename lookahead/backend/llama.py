@@ -32,6 +32,8 @@ from lookahead.errors import BackendError, Interrupted, utf8
 from lookahead.models.chat_template import ChatTemplate
 
 _LOG_KEEP = 20
+_ABORTED = 2  # llama_decode's return when its abort callback stopped it
+_NO_ABORT = ll.ggml_abort_callback(0)  # a null callback: llama.cpp asks nothing
 _log_lines: list[str] = []
 
 
@@ -266,12 +268,30 @@ class KVContext:
         ll.llama_set_n_threads(self._ctx, threads, threads)
         self.n_threads = threads
 
-    def decode(self, batch: BatchArrays, n: int) -> None:
-        """Decode the first `n` entries of `batch` (made by `new_batch`)."""
+    def decode(self, batch: BatchArrays, n: int, stop: Callable[[], bool] | None = None) -> None:
+        """Decode the first `n` entries of `batch` (made by `new_batch`).
+
+        With `stop`, llama.cpp asks it between the graph's operations (its abort callback,
+        some hundreds of calls per decode): True ends the decode part way with Interrupted,
+        llama.cpp having removed, for each entry's first sequence id, the cells at the
+        batch's positions and past them. So pass it only for a batch whose entries carry one
+        id each (a prefill's): the cells are then left as they were before it (a verify's
+        root carries every branch id, of which llama.cpp would drop only the first)."""
         if not isinstance(batch, _Batch):
             raise TypeError("decode takes a batch made by KVContext.new_batch")
         batch.struct.n_tokens = n
-        rc = ll.llama_decode(self._ctx, batch.struct)
+        if stop is None:
+            rc = ll.llama_decode(self._ctx, batch.struct)
+        else:
+            # kept referenced until llama.cpp no longer holds it (ctypes frees it otherwise)
+            callback = ll.ggml_abort_callback(lambda _data: bool(stop()))
+            ll.llama_set_abort_callback(self._ctx, callback, None)
+            try:
+                rc = ll.llama_decode(self._ctx, batch.struct)
+            finally:
+                ll.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
+            if rc == _ABORTED:
+                raise Interrupted(f"a decode of {n} tokens was stopped part way")
         if rc != 0:
             raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
         self.n_decoded += n
@@ -331,6 +351,10 @@ class LlamaBackend(LlamaVocab):
         self.tokens_shifted = 0  # prompt tokens kept by moving their cells, since loading
         # asked before each prefill chunk: True stops the prefill with Interrupted (a client left)
         self.interrupt: Callable[[], bool] | None = None
+        # asked by llama.cpp while a prefill chunk decodes (`KVContext.decode`'s `stop`): True
+        # stops it part way with Interrupted, its cells dropped. Set only for work begun while
+        # idle (`server/idle.py`), so a request that arrives waits for no chunk in progress
+        self.abort: Callable[[], bool] | None = None
         self.prefill_chunk: int | None = None  # prompt tokens per decode when set (`server/idle.py`)
 
     def new_kv(self, n_seq_max: int, threads: int | None = None, unified: bool = True) -> KVContext:
@@ -403,8 +427,8 @@ class LlamaBackend(LlamaVocab):
     def restore(self, snap: kv_snapshot.Snapshot) -> None:
         kv_snapshot.put_back(self._kv.ctx, self._slot, snap)
 
-    def _decode(self, n: int) -> None:
-        self._kv.decode(self._batch, n)
+    def _decode(self, n: int, stop: Callable[[], bool] | None = None) -> None:
+        self._kv.decode(self._batch, n, stop)
 
     def prefill(self, tokens: TokenArray) -> None:
         tokens = np.asarray(tokens, dtype=np.int32)
@@ -415,8 +439,8 @@ class LlamaBackend(LlamaVocab):
             if self.interrupt is not None and self.interrupt():
                 raise Interrupted(f"prefill stopped after {lo} of {len(tokens)} tokens")
             chunk = tokens[lo : lo + step]
-            self._slot.put_prefill(self._batch, 0, chunk)
-            self._decode(len(chunk))
+            self._slot.put_prefill(self._batch, 0, chunk)  # one id per entry: `abort` may stop it
+            self._decode(len(chunk), self.abort)
             self._slot.prefilled(chunk)
 
     def verify(self, root: int, draft: Draft) -> _Rows:

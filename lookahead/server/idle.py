@@ -9,12 +9,13 @@ from the middle into the prefix, the same suffix and chunks). After such an answ
 only while no request waits, the service builds that request (`accepted`), reads its prompt
 into the KV cache in small chunks and writes its first tokens greedily (`Worker.idle`).
 
-The next request stops this work at once (between two chunks of `IDLE_CHUNK` tokens or two
-verify steps). It then keeps the cached cells it shares, as any request does: all of its
-prompt when the guess was right (or the window the plugin slid, by KV shift), and drafts
-from the tokens written (`continuation_source`), verified as usual, so what it writes is the
-model's own. A wrong guess costs nothing but the CPU time spent while idle (and at most one
-chunk's wait). `lookahead serve --idle-tokens 0` turns it off.
+The next request stops this work at once: part way through a prefill chunk of `IDLE_CHUNK`
+tokens (llama.cpp's abort callback: that chunk's cells are dropped, the ones before it kept)
+or between two verify steps. It then keeps the cached cells it shares, as any request does:
+all of its prompt when the guess was right (or the window the plugin slid, by KV shift), and
+drafts from the tokens written (`continuation_source`), verified as usual, so what it writes
+is the model's own. A wrong guess costs the CPU time spent while idle, and the next request waits at
+most for the verify step in progress. `lookahead serve --idle-tokens 0` turns it off.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
 
-IDLE_CHUNK = 64  # prompt tokens per decode while idle: how long the next request may wait
+IDLE_CHUNK = 64  # prompt tokens per decode while idle: the most work a request's arrival discards
 TAIL = 64  # prompt tokens that must match at the end for the written tokens to be aligned
 
 

@@ -12,8 +12,8 @@ one generation is that request's error, never the thread's end. The queue, the s
 the guarded `on_done` are `jobs.WorkerBase`'s.
 
 While nothing waits, the thread may begin the request an editor most likely sends next
-(`idle.py`): any request that arrives stops it between two small prefill chunks or two
-steps, finds its cells cached, and drafts from what it wrote.
+(`idle.py`): any request that arrives stops it part way through a prefill chunk (the
+backend's `abort`) or between two steps, finds its cells cached, and drafts from what it wrote.
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ class Worker(WorkerBase):
         cont = Continuation(job.owner, job.tokens)
         arrived = lambda: bool(self._waiting) or self._closing  # noqa: E731
         backend.interrupt = arrived
+        backend.abort = arrived  # stops a chunk part way: the request waits for none
         backend.prefill_chunk = IDLE_CHUNK
         before = getattr(backend, "n_decoded", 0)
         events = None
@@ -195,6 +196,7 @@ class Worker(WorkerBase):
             if close is not None:
                 close()
             backend.interrupt = None
+            backend.abort = None
             backend.prefill_chunk = None
             self.metrics.idle_tokens.labels("decoded").inc(max(0, getattr(backend, "n_decoded", 0) - before))
             self.metrics.idle_tokens.labels("written").inc(len(cont.written))
