@@ -244,7 +244,7 @@ CacheReuseOption = Annotated[
         "start's, not identical; --exact requests always start cold.",
     ),
 ]
-IDLE_TOKENS = 0  # serve's default: off (measured no gain on llama.vim's requests yet)
+IDLE_TOKENS = 64  # serve's default (docs/editors.md: what it gains after Tab, what it costs)
 IdleTokensOption = Annotated[
     int,
     typer.Option(
@@ -253,7 +253,7 @@ IdleTokensOption = Annotated[
         "while no request waits: read the prompt of the request that assumes it accepted (the "
         "editor's usual next one) into the cache and write up to N tokens of it, drafts for that "
         "request when it comes; any request stops this at once. Costs CPU while idle; one slot "
-        "only (--parallel 1); 0 = off (the default; 64 to try it).",
+        "only (--parallel 1); 0 = off.",
     ),
 ]
 

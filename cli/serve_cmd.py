@@ -152,7 +152,7 @@ def run_serve(
     chat_template: str | None = None,
     cache_reuse: int = 0,
     batch_size: int = 2048,
-    idle_tokens: int = 0,
+    idle_tokens: int = 64,
 ) -> int:
     import uvicorn
 

@@ -58,7 +58,7 @@ class ServeConfig:
     fim_batch: int = 2048
     # after a fill-in-the-middle answer that a limit ended: tokens to write while idle for the
     # request that assumes it accepted (`idle.py`); 0 = no idle work
-    idle_tokens: int = 0
+    idle_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.index_scope not in (None, "key", "none"):

@@ -55,7 +55,7 @@ class Service:
                 parallel = model.tuning.default_parallel()
                 log.info("--parallel %d (from the measured cost curve)", parallel)
             if parallel > 1 and self.config.idle_tokens > 0:
-                log.warning("--idle-tokens works with one slot only: off with --parallel %d", parallel)
+                log.info("idle work (--idle-tokens) needs one slot: off with --parallel %d", parallel)
             if parallel > 1:
                 self.worker = BatchWorker(
                     model, self.metrics, self.config.max_queue, parallel, self.config.draft, self.config.kv_unified
