@@ -9,6 +9,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,9 +74,9 @@ def test_the_probe_decodes_the_largest_batch_the_process_uses(
     sizes: list[int] = []
     real = LlamaBackend._decode
 
-    def counting(self: LlamaBackend, n: int) -> None:
+    def counting(self: LlamaBackend, n: int, stop: Any = None) -> None:
         sizes.append(n)
-        real(self, n)
+        real(self, n, stop)
 
     monkeypatch.setattr(LlamaBackend, "_decode", counting)
     # the candidate that runs here: the default one segfaults on a Xeon with AMX (the probe

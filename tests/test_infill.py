@@ -123,7 +123,9 @@ def server(qwen_path: Path) -> Iterator[Running]:
     from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
 
-    config = ServeConfig(model_id=MODEL_ID)
+    # no work begun while idle after an answer (tests/test_infill_idle.py covers it): these
+    # tests count what each request decodes and finds cached
+    config = ServeConfig(model_id=MODEL_ID, idle_tokens=0)
     with serving(config, lambda: load(qwen_path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))) as running:
         yield running
 
@@ -296,7 +298,7 @@ def test_the_batch_size_bounds_the_code_around_the_cursor(qwen_path: Path) -> No
     from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
 
-    config = ServeConfig(model_id=MODEL_ID, fim_batch=256)
+    config = ServeConfig(model_id=MODEL_ID, fim_batch=256, idle_tokens=0)
     load_it = lambda: load(qwen_path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))  # noqa: E731
     long_prefix, long_suffix = "x = 1\n" * 400, "y = 2\n" * 400
     with serving(config, load_it) as s:
@@ -322,7 +324,7 @@ def test_a_suggestion_cut_by_its_time_budget_is_remembered_by_the_worker(
     from lookahead.backend.llama import BackendConfig
 
     key = "editor-key"
-    config = ServeConfig(model_id=MODEL_ID, api_keys=(key,))
+    config = ServeConfig(model_id=MODEL_ID, api_keys=(key,), idle_tokens=0)
     with serving(config, lambda: load(qwen_path, backend=BackendConfig(n_ctx=N_CTX, n_threads=1))) as s:
         memory = s.service.memory
         assert memory is not None

@@ -45,7 +45,9 @@ def server(smol_path: Path) -> Iterator[Running]:
     from lookahead.api import load
     from lookahead.backend.llama import BackendConfig
 
-    config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY,))
+    # no work begun while idle after an answer (tests/test_infill_idle.py covers it): these
+    # tests count what each request decodes and finds cached
+    config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY,), idle_tokens=0)
     with serving(config, lambda: load(smol_path, backend=BackendConfig(n_ctx=2048, n_threads=1))) as running:
         yield running
 

@@ -58,7 +58,9 @@ def qwen_path() -> Path:
 
 @pytest.fixture(scope="module")
 def server(qwen_path: Path) -> Iterator[Running]:
-    config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY_A, KEY_B), max_queue=1, shared_index=False)
+    # no work begun while idle after an answer (tests/test_infill_idle.py covers it): these
+    # tests count what each request decodes and finds cached
+    config = ServeConfig(model_id=MODEL_ID, api_keys=(KEY_A, KEY_B), max_queue=1, shared_index=False, idle_tokens=0)
     with serving(config, loader(qwen_path)) as running:
         yield running
 

@@ -25,15 +25,13 @@ from lookahead.backend.base import Logits
 from lookahead.backend.config import BackendConfig, default_threads
 from lookahead.backend.kv_cache import BatchArrays, KVSlot
 from lookahead.backend.llama_batch import Batch as _Batch
-from lookahead.backend.llama_context import new_context
+from lookahead.backend.llama_context import ABORTED, decode_stoppable, new_context
 from lookahead.core.draft import Draft
 from lookahead.core.tokens import TokenArray
 from lookahead.errors import BackendError, Interrupted, utf8
 from lookahead.models.chat_template import ChatTemplate
 
 _LOG_KEEP = 20
-_ABORTED = 2  # llama_decode's return when its abort callback stopped it
-_NO_ABORT = ll.ggml_abort_callback(0)  # a null callback: llama.cpp asks nothing
 _log_lines: list[str] = []
 
 
@@ -269,29 +267,16 @@ class KVContext:
         self.n_threads = threads
 
     def decode(self, batch: BatchArrays, n: int, stop: Callable[[], bool] | None = None) -> None:
-        """Decode the first `n` entries of `batch` (made by `new_batch`).
-
-        With `stop`, llama.cpp asks it between the graph's operations (its abort callback,
-        some hundreds of calls per decode): True ends the decode part way with Interrupted,
-        llama.cpp having removed, for each entry's first sequence id, the cells at the
-        batch's positions and past them. So pass it only for a batch whose entries carry one
-        id each (a prefill's): the cells are then left as they were before it (a verify's
-        root carries every branch id, of which llama.cpp would drop only the first)."""
+        """Decode the first `n` entries of `batch` (made by `new_batch`); with `stop`, a
+        prefill's decode that it may stop part way (`llama_context.decode_stoppable`):
+        Interrupted, the batch's cells dropped."""
         if not isinstance(batch, _Batch):
             raise TypeError("decode takes a batch made by KVContext.new_batch")
         batch.struct.n_tokens = n
         if stop is None:
             rc = ll.llama_decode(self._ctx, batch.struct)
-        else:
-            # kept referenced until llama.cpp no longer holds it (ctypes frees it otherwise)
-            callback = ll.ggml_abort_callback(lambda _data: bool(stop()))
-            ll.llama_set_abort_callback(self._ctx, callback, None)
-            try:
-                rc = ll.llama_decode(self._ctx, batch.struct)
-            finally:
-                ll.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
-            if rc == _ABORTED:
-                raise Interrupted(f"a decode of {n} tokens was stopped part way")
+        elif (rc := decode_stoppable(self._ctx, batch.struct, stop)) == ABORTED:
+            raise Interrupted(f"a decode of {n} tokens was stopped part way")
         if rc != 0:
             raise BackendError(f"llama_decode failed ({rc}): {_last_log_error()}")
         self.n_decoded += n
@@ -351,9 +336,8 @@ class LlamaBackend(LlamaVocab):
         self.tokens_shifted = 0  # prompt tokens kept by moving their cells, since loading
         # asked before each prefill chunk: True stops the prefill with Interrupted (a client left)
         self.interrupt: Callable[[], bool] | None = None
-        # asked by llama.cpp while a prefill chunk decodes (`KVContext.decode`'s `stop`): True
-        # stops it part way with Interrupted, its cells dropped. Set only for work begun while
-        # idle (`server/idle.py`), so a request that arrives waits for no chunk in progress
+        # asked by llama.cpp while a prefill chunk decodes: True stops it part way with
+        # Interrupted. Set only while idle (`server/idle.py`): a request waits for no chunk
         self.abort: Callable[[], bool] | None = None
         self.prefill_chunk: int | None = None  # prompt tokens per decode when set (`server/idle.py`)
 

@@ -1,4 +1,5 @@
-"""A llama.cpp context on loaded weights, made with this project's settings."""
+"""A llama.cpp context on loaded weights, made with this project's settings, and a decode
+that can be stopped part way."""
 
 from __future__ import annotations
 
@@ -34,3 +35,23 @@ def new_context(
     if not ctx:
         raise BackendError(f"llama.cpp could not create a context: {last_error()}")
     return ctx
+
+
+ABORTED = 2  # llama_decode's return when its abort callback stopped it
+_NO_ABORT = ll.ggml_abort_callback(0)  # a null callback: llama.cpp asks nothing
+
+
+def decode_stoppable(ctx: Any, batch: Any, stop: Callable[[], bool]) -> int:
+    """llama_decode's return for `batch`, with `stop` as llama.cpp's abort callback: asked
+    between the graph's operations (some hundreds of calls per decode), True ends the decode
+    part way (ABORTED), llama.cpp having removed, for each entry's first sequence id, the
+    cells at the batch's positions and past them. So only for a batch whose entries carry
+    one id each (a prefill's): the cells are then left as they were before it (a verify's
+    root carries every branch id, of which llama.cpp would drop only the first)."""
+    # kept referenced until llama.cpp no longer holds it (ctypes frees it otherwise)
+    callback = ll.ggml_abort_callback(lambda _data: bool(stop()))
+    ll.llama_set_abort_callback(ctx, callback, None)
+    try:
+        return int(ll.llama_decode(ctx, batch))
+    finally:
+        ll.llama_set_abort_callback(ctx, _NO_ABORT, None)
