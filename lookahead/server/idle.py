@@ -14,8 +14,8 @@ tokens (llama.cpp's abort callback: that chunk's cells are dropped, the ones bef
 or between two verify steps. It then keeps the cached cells it shares, as any request does:
 all of its prompt when the guess was right (or the window the plugin slid, by KV shift), and
 drafts from the tokens written (`continuation_source`), verified as usual, so what it writes
-is the model's own. A wrong guess costs the CPU time spent while idle, and the next request waits at
-most for the verify step in progress. `lookahead serve --idle-tokens 0` turns it off.
+is the model's own. A wrong guess costs the CPU time spent while idle, and the next request
+waits at most for the verify step in progress. `lookahead serve --idle-tokens 0` turns it off.
 """
 
 from __future__ import annotations
