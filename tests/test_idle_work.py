@@ -18,7 +18,7 @@ from lookahead.core.draft_state import DraftConfig
 from lookahead.core.request import Done, Result, Stats, Step
 from lookahead.core.sampling import SamplingConfig
 from lookahead.index.prediction import PredictionIndex
-from lookahead.server.idle import Continuation, IdleJob, accepted, continuation_source, wanted
+from lookahead.server.idle import IDLE_CHUNK, Continuation, IdleJob, accepted, continuation_source, keeps_chunk, wanted
 from lookahead.server.jobs import END, Job
 from lookahead.server.metrics import Metrics
 from lookahead.server.worker import Worker
@@ -98,7 +98,7 @@ class StandIn:
         self.closed = 0
         self.backend = SimpleNamespace(
             interrupt=None, prefill_chunk=None, n_used=0, cache_tokens=[], tokens_shifted=0, n_decoded=0,
-            reset=lambda: None, abort=None,
+            reset=lambda: None, abort=None, n_past=0,
         )  # fmt: skip
         self.chunks_seen: list[int | None] = []
         self.aborts_seen: list[Any] = []
@@ -277,5 +277,36 @@ def test_end_is_still_the_last_event_of_a_request_after_idle_work(loop: Any) -> 
         while not job.events.empty():
             items.append(job.events.get_nowait())
         assert items[-1] is END and isinstance(items[-2], Done)
+    finally:
+        worker.close(5)
+
+
+def test_a_request_that_holds_the_chunk_in_progress_lets_it_finish() -> None:
+    guess = IdleJob(list(range(300)), 8, DraftConfig(), [], "k", 0)
+    assert keeps_chunk(list(range(300)), "k", guess, 0)  # the guess itself (after Tab)
+    assert keeps_chunk([*range(200), 7, 7], "k", guess, 100)  # the same through the chunk
+    assert not keeps_chunk([*range(150), 7, 7], "k", guess, 100)  # not: it stops part way
+    assert not keeps_chunk([5, *range(1, 300)], "k", guess, 0)  # typed on: another prompt
+    assert not keeps_chunk(list(range(300)), "other key", guess, 0)  # not its cells
+    assert keeps_chunk([*range(299), 7], "k", guess, 290)  # the last chunk: all but the last token
+    assert not keeps_chunk(list(range(100 + IDLE_CHUNK - 1)), "k", guess, 100)
+
+
+def test_the_chunk_stop_asks_about_the_request_that_waits(loop: Any) -> None:
+    model = StandIn()
+    worker = Worker(model, Metrics(), max_queue=4)  # type: ignore[arg-type]
+    try:
+        guess = IdleJob(list(range(100)), 5, DraftConfig(), [], "", 0)
+        stop = worker._chunk_stop(guess)
+        assert not stop()  # nothing waits
+        right, wrong = real_job(loop), real_job(loop)  # real_job's prompt is the guess's
+        wrong.tokens = [7, *range(1, 100)]
+        right.seq, wrong.seq = 1, 2
+        with worker._cv:  # put in the queue by hand: the thread is not woken to take them
+            worker._waiting.append(right)
+            assert not stop()  # the chunk in progress is this request's own prompt
+            worker._waiting[0] = wrong
+            assert stop()
+            worker._waiting.clear()
     finally:
         worker.close(5)

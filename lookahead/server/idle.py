@@ -10,8 +10,9 @@ only while no request waits, the service builds that request (`accepted`), reads
 into the KV cache in small chunks and writes its first tokens greedily (`Worker.idle`).
 
 The next request stops this work at once: part way through a prefill chunk of `IDLE_CHUNK`
-tokens (llama.cpp's abort callback: that chunk's cells are dropped, the ones before it kept)
-or between two verify steps. It then keeps the cached cells it shares, as any request does:
+tokens (llama.cpp's abort callback: that chunk's cells are dropped, the ones before it kept;
+a request whose prompt holds that chunk lets it finish, `keeps_chunk`) or between two verify
+steps. It then keeps the cached cells it shares, as any request does:
 all of its prompt when the guess was right (or the window the plugin slid, by KV shift), and
 drafts from the tokens written (`continuation_source`), verified as usual, so what it writes
 is the model's own. A wrong guess costs the CPU time spent while idle, and the next request
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lookahead.backend.prompt_reuse import common_prefix
 from lookahead.core.draft_state import DraftConfig
 from lookahead.index.base import DraftSource
 from lookahead.index.prediction import PredictionIndex
@@ -73,6 +75,16 @@ def continuation_source(cont: Continuation | None, tokens: Sequence[int], owner:
     n = min(TAIL, len(tokens), len(cont.prompt))
     aligned = n > 0 and list(tokens[-n:]) == cont.prompt[-n:]
     return PredictionIndex(cont.written, aligned=aligned)
+
+
+def keeps_chunk(tokens: Sequence[int], owner: str, guess: IdleJob, n_past: int) -> bool:
+    """Whether a request (its prompt `tokens`, its `owner`) that arrived while the prefill
+    chunk after the guess's first `n_past` cells decodes lets that chunk finish: its prompt
+    holds the guess's tokens through the chunk (at most IDLE_CHUNK further), so it would
+    read them again. Else the chunk stops part way. A request after Tab very often is the
+    guess, and arrives while its prompt is still being read."""
+    reach = min(len(guess.tokens) - 1, n_past + IDLE_CHUNK)
+    return owner == guess.owner and common_prefix(tokens, guess.tokens) >= reach
 
 
 def wanted(stop_type: str, text: str, answers: int, cache_prompt: bool, idle_tokens: int, exact: bool) -> bool:

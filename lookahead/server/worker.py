@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from lookahead.api import Model
@@ -28,7 +28,7 @@ from lookahead.backend.prompt_reuse import common_prefix
 from lookahead.core.engine import Done, Event, Step
 from lookahead.core.sampling import SamplingConfig
 from lookahead.errors import Interrupted, LookaheadError
-from lookahead.server.idle import IDLE_CHUNK, Continuation, IdleJob, continuation_source
+from lookahead.server.idle import IDLE_CHUNK, Continuation, IdleJob, continuation_source, keeps_chunk
 from lookahead.server.jobs import END, Job, QueueFull, ShuttingDown, WorkerBase
 from lookahead.server.metrics import Metrics
 
@@ -172,7 +172,7 @@ class Worker(WorkerBase):
         cont = Continuation(job.owner, job.tokens)
         arrived = lambda: bool(self._waiting) or self._closing  # noqa: E731
         backend.interrupt = arrived
-        backend.abort = arrived  # stops a chunk part way: the request waits for none
+        backend.abort = self._chunk_stop(job)
         backend.prefill_chunk = IDLE_CHUNK
         before = getattr(backend, "n_decoded", 0)
         events = None
@@ -204,6 +204,27 @@ class Worker(WorkerBase):
             self.metrics.kv_cells_cached.set(len(backend.cache_tokens))
             self.metrics.shifted_total(backend.tokens_shifted)
         self.continuation = cont
+
+    def _chunk_stop(self, job: IdleJob) -> Callable[[], bool]:
+        """The backend's `abort` while `job` runs: whether the prefill chunk in progress
+        stops part way for the request that arrived (`idle.keeps_chunk`), decided once per
+        request (llama.cpp asks some hundreds of times per chunk)."""
+        backend = self.model.backend
+        decided: dict[int, bool] = {}
+
+        def stop() -> bool:
+            if self._closing:
+                return True
+            try:
+                waiting = self._waiting[0]
+            except IndexError:  # nothing waits
+                return False
+            if waiting.seq not in decided:
+                keep = keeps_chunk(waiting.tokens, waiting.owner, job, backend.n_past)
+                decided[waiting.seq] = not keep
+            return decided[waiting.seq]
+
+        return stop
 
     def cached_prompts(self, owner: str, slot: int = -1) -> list[list[int]]:
         if owner != self._cache_owner:
