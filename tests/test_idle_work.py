@@ -297,13 +297,17 @@ def test_the_chunk_stop_asks_about_the_request_that_waits(loop: Any) -> None:
     worker = Worker(model, Metrics(), max_queue=4)  # type: ignore[arg-type]
     try:
         guess = IdleJob(list(range(100)), 5, DraftConfig(), [], "", 0)
-        stop = worker._chunk_stop(guess)
+        stop = worker._chunk_stop(guess, before=model.backend.n_decoded)
         assert not stop()  # nothing waits
-        right, wrong = real_job(loop), real_job(loop)  # real_job's prompt is the guess's
+        early, right, wrong = real_job(loop), real_job(loop), real_job(loop)  # real_job's prompt is the guess's
         wrong.tokens = [7, *range(1, 100)]
-        right.seq, wrong.seq = 1, 2
+        early.seq, right.seq, wrong.seq = 1, 2, 3
         with worker._cv:  # put in the queue by hand: the thread is not woken to take them
-            worker._waiting.append(right)
+            worker._waiting.append(early)
+            assert stop()  # the job's first chunk: read again in one batch
+            model.backend.n_decoded += 64  # a chunk read
+            assert stop()  # decided once per request
+            worker._waiting[0] = right
             assert not stop()  # the chunk in progress is this request's own prompt
             worker._waiting[0] = wrong
             assert stop()

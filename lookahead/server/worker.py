@@ -172,9 +172,9 @@ class Worker(WorkerBase):
         cont = Continuation(job.owner, job.tokens)
         arrived = lambda: bool(self._waiting) or self._closing  # noqa: E731
         backend.interrupt = arrived
-        backend.abort = self._chunk_stop(job)
-        backend.prefill_chunk = IDLE_CHUNK
         before = getattr(backend, "n_decoded", 0)
+        backend.abort = self._chunk_stop(job, before)
+        backend.prefill_chunk = IDLE_CHUNK
         events = None
         try:
             events = self.model.stream("", tokens=job.tokens, max_tokens=job.max_tokens, sampling=SamplingConfig(),
@@ -205,10 +205,14 @@ class Worker(WorkerBase):
             self.metrics.shifted_total(backend.tokens_shifted)
         self.continuation = cont
 
-    def _chunk_stop(self, job: IdleJob) -> Callable[[], bool]:
-        """The backend's `abort` while `job` runs: whether the prefill chunk in progress
-        stops part way for the request that arrived (`idle.keeps_chunk`), decided once per
-        request (llama.cpp asks some hundreds of times per chunk)."""
+    def _chunk_stop(self, job: IdleJob, before: int) -> Callable[[], bool]:
+        """The backend's `abort` while `job` runs (`before`: the backend's `n_decoded` at its
+        start): whether the prefill chunk in progress stops part way for the request that
+        arrived, decided once per request (llama.cpp asks some hundreds of times per chunk).
+        It finishes when the request's prompt holds it (`idle.keeps_chunk`) and it is not the
+        job's first: a follow-up sent the moment a suggestion shows arrives as the first
+        chunk begins, with little of it done, and reads its prompt faster in one batch than
+        after the rest of a small chunk; a request after Tab arrives with the prompt part read."""
         backend = self.model.backend
         decided: dict[int, bool] = {}
 
@@ -220,8 +224,8 @@ class Worker(WorkerBase):
             except IndexError:  # nothing waits
                 return False
             if waiting.seq not in decided:
-                keep = keeps_chunk(waiting.tokens, waiting.owner, job, backend.n_past)
-                decided[waiting.seq] = not keep
+                begun = backend.n_decoded > before  # a chunk of this job was read
+                decided[waiting.seq] = not (begun and keeps_chunk(waiting.tokens, waiting.owner, job, backend.n_past))
             return decided[waiting.seq]
 
         return stop
