@@ -252,7 +252,8 @@ IdleTokensOption = Annotated[
         help="After a fill-in-the-middle answer that a limit ended (an editor's time budget), "
         "while no request waits: read the prompt of the request that assumes it accepted (the "
         "editor's usual next one) into the cache and write up to N tokens of it, drafts for that "
-        "request when it comes; any request stops this at once. Costs CPU while idle; one slot "
+        "request when it comes; any request stops this at once (one whose prompt it is reading lets "
+        "the piece in progress finish). Costs CPU while idle; one slot "
         "only (--parallel 1); 0 = off.",
     ),
 ]

@@ -12,11 +12,11 @@ into the KV cache in small chunks and writes its first tokens greedily (`Worker.
 The next request stops this work at once: part way through a prefill chunk of `IDLE_CHUNK`
 tokens (llama.cpp's abort callback: that chunk's cells are dropped, the ones before it kept;
 a request whose prompt holds that chunk lets it finish, `keeps_chunk`) or between two verify
-steps. It then keeps the cached cells it shares, as any request does:
-all of its prompt when the guess was right (or the window the plugin slid, by KV shift), and
-drafts from the tokens written (`continuation_source`), verified as usual, so what it writes
-is the model's own. A wrong guess costs the CPU time spent while idle, and the next request
-waits at most for the verify step in progress. `lookahead serve --idle-tokens 0` turns it off.
+steps. It then keeps the cached cells it shares, as any request does: all of its prompt when
+the guess was right (or the window the plugin slid, by KV shift), and drafts from the tokens
+written (`continuation_source`), verified as usual, so what it writes is the model's own. A
+wrong guess costs the CPU time spent while idle, and the next request waits at most for the
+verify step in progress. `lookahead serve --idle-tokens 0` turns it off.
 """
 
 from __future__ import annotations

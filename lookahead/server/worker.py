@@ -13,7 +13,8 @@ the guarded `on_done` are `jobs.WorkerBase`'s.
 
 While nothing waits, the thread may begin the request an editor most likely sends next
 (`idle.py`): any request that arrives stops it part way through a prefill chunk (the
-backend's `abort`) or between two steps, finds its cells cached, and drafts from what it wrote.
+backend's `abort`; a chunk of its own prompt finishes) or between two steps, finds its cells
+cached, and drafts from what it wrote.
 """
 
 from __future__ import annotations
