@@ -41,11 +41,14 @@ class Generation:
     slot: int = -1  # the slot it asks for (llama.cpp's `id_slot`; -1: any), `Job.slot`
 
 
-def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop, choices: int = 1) -> list[Job]:
+def jobs_for(
+    generations: Sequence[Generation], loop: asyncio.AbstractEventLoop, choices: int = 1, whole: bool = False
+) -> list[Job]:
     """The jobs of one request's answers, in order. Each run of `choices` consecutive
     generations is one prompt's several completions (OpenAI's `n`, llama.cpp's `n_cmpl`):
     choice i samples with seed + i, and their prompt is read once, so it is kept in the
-    cache whatever `cache_prompt` asked."""
+    cache whatever `cache_prompt` asked. `whole`: the answers are sent whole, not streamed
+    (`Job.whole`)."""
     jobs = [
         Job(
             tokens=g.tokens,
@@ -61,6 +64,7 @@ def jobs_for(generations: Sequence[Generation], loop: asyncio.AbstractEventLoop,
             progress=g.progress,
             owner=g.owner,
             slot=g.slot,
+            whole=whole,
         )
         for g in generations
     ]

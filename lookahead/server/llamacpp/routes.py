@@ -225,13 +225,12 @@ async def answer(
     on_done = remembering(memory, partition)  # by the worker, also for a job our stops end
     generations = [generation_of(p, body, sampling, draft, cache_owner(caller), on_done) for p in prepared]
     # completion i of a prompt: seed + i, as llama-server (and OpenAI's `n`)
-    jobs = jobs_for(generations, loop, choices=body.completions())
+    jobs = jobs_for(generations, loop, choices=body.completions(), whole=not body.stream)
     # each job's llama.cpp stops, made before it queues: the worker takes its steps through
     # them (`Job.on_step`), and the prompt's time runs from here
     watches = {id(job): Watch(body.n_indent, body.t_max_predict_ms) for job in jobs}
     for job in jobs:
-        if watches[id(job)].stops:
-            job.on_step = watches[id(job)].decide
+        watches[id(job)].watched_by(job)
     try:
         with admission():  # a 429 part-way cancels what this request already queued
             for job in jobs:

@@ -54,6 +54,13 @@ class Watch:
         """Whether this request has a stop of llama.cpp's own that a step may fire."""
         return self.n_indent > 0 or self.t_max_predict_ms > 0
 
+    def watched_by(self, job: Job) -> None:
+        """Have the worker take `job`'s steps through this Watch (`decide`, on its thread)
+        when a stop of llama.cpp's own may fire at one, or when the answer is sent whole:
+        its steps reach the route only at its end (`Job.whole`), too late for the clock."""
+        if self.stops or job.whole:
+            job.on_step = self.decide
+
     def decide(self, step: Step) -> bool:
         """The worker's side (`Job.on_step`), on its thread, before it emits `step`: take the
         step; whether a stop fired at it. The route then reads what it decided (`take`)."""

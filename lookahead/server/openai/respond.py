@@ -38,7 +38,7 @@ async def serve(
     endpoint = "chat" if chat else "completions"
     # each choice prepared alone: a draft source's stream is one generation's
     generations = [await run_in_threadpool(prepare, service, body, chat, caller) for _ in range(body.n)]
-    jobs = jobs_for(generations, loop, choices=body.n)
+    jobs = jobs_for(generations, loop, choices=body.n, whole=not body.stream)
     assert service.worker is not None
     try:
         with admission():
