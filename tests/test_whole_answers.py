@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 from lookahead.core.draft_state import DraftConfig
@@ -18,6 +17,7 @@ from lookahead.server.jobs import END, Job
 from lookahead.server.llamacpp.run import Watch
 from lookahead.server.metrics import Metrics
 from lookahead.server.worker import Worker
+from tests.test_route_stops import Counted
 
 
 def step(token: int) -> Step:
@@ -95,16 +95,12 @@ def test_jobs_are_whole_as_the_route_asks() -> None:
         loop.close()
 
 
-class Slow:
+class Slow(Counted):
     """A model that writes one token per step, each step taking `seconds`."""
 
     def __init__(self, seconds: float) -> None:
+        super().__init__()
         self.seconds = seconds
-        self.n_ctx = 4096
-        self.backend = SimpleNamespace(
-            interrupt=None, cache_tokens=[], n_used=0, tokens_shifted=0, n_decoded=0, prefill_chunk=None,
-            reset=lambda: None,
-        )  # fmt: skip
 
     def stream(self, prompt: str, **kw: Any) -> Iterator[Step | Done]:
         for i in range(kw["max_tokens"]):
