@@ -84,7 +84,7 @@ class Job:
     # The answer is sent whole (not streamed): the worker hands its Steps to the event loop
     # with the job's next other event (its end), not one at a time. Waking the loop every
     # step made plain decoding of llama.vim's requests 0.2-2.6% slower per token in three
-    # paired runs on a 2-vCPU machine: the loop's Python ran beside llama.cpp's two
+    # runs (two paired) on a 2-vCPU machine: the loop's Python ran beside llama.cpp's two
     # threads. The route's stops and its clock then run on the worker (`on_step`).
     whole: bool = False
     _held: list[Step] = field(default_factory=list, repr=False)  # worker side: Steps not yet handed over
